@@ -1,0 +1,152 @@
+/* libcollective public C API: NCCL-shaped communicators and collectives.
+ * Compiles as C99 and as C++ and never includes CUDA headers. */
+#ifndef COLLECTIVE_COLLECTIVE_H_
+#define COLLECTIVE_COLLECTIVE_H_
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COLL_API __attribute__((visibility("default")))
+#else
+#define COLL_API
+#endif
+
+#define COLL_MAJOR 0
+#define COLL_MINOR 1
+#define COLL_PATCH 0
+#define COLL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define COLL_VERSION_CODE COLL_VERSION(COLL_MAJOR, COLL_MINOR, COLL_PATCH)
+
+/* Opaque communicator handle. Handles are validated on every call: a destroyed communicator
+ * gives collInvalidArgument, never a use of freed memory. */
+typedef struct collComm* collComm_t;
+#define COLL_COMM_NULL NULL
+
+#define COLL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[COLL_UNIQUE_ID_BYTES];
+} collUniqueId;
+
+/* Result codes: 0..7 are numbered as ncclResult_t; collTimeout is ours. */
+typedef enum {
+  collSuccess = 0,
+  collUnhandledCudaError = 1,
+  collSystemError = 2,
+  collInternalError = 3,
+  collInvalidArgument = 4,
+  collInvalidUsage = 5,
+  collRemoteError = 6,
+  collInProgress = 7,
+  collTimeout = 8,
+  collNumResults = 9
+} collResult_t;
+
+/* Data types, numbered as ncclDataType_t (float8 slots 10 and 11 are reserved). */
+typedef enum {
+  collInt8 = 0,
+  collChar = 0,
+  collUint8 = 1,
+  collInt32 = 2,
+  collInt = 2,
+  collUint32 = 3,
+  collInt64 = 4,
+  collUint64 = 5,
+  collFloat16 = 6,
+  collHalf = 6,
+  collFloat32 = 7,
+  collFloat = 7,
+  collFloat64 = 8,
+  collDouble = 8,
+  collBfloat16 = 9,
+  collFloat8e4m3 = 10, /* reserved: not yet supported */
+  collFloat8e5m2 = 11, /* reserved: not yet supported */
+  collNumTypes = 12
+} collDataType_t;
+
+/* Reduction operations, numbered as ncclRedOp_t. */
+typedef enum {
+  collSum = 0,
+  collProd = 1,
+  collMax = 2,
+  collMin = 3,
+  collAvg = 4,
+  collNumOps = 5,
+  collMaxRedOp = 0x7fffffff
+} collRedOp_t;
+
+/* One stream parameter for both worlds; the buffers decide what it is.
+ *  - Host buffers: NULL runs the call now and returns when the result is in the receive buffer;
+ *    otherwise a host stream made by the library (later release).
+ *  - GPU buffers (later release): a cudaStream_t exactly as NCCL takes it (0 = CUDA's legacy
+ *    default stream). Any object pointer converts to void*, so callers pass cudaStream_t as is. */
+typedef void* collStream_t;
+
+#define COLL_CONFIG_UNDEF_INT INT_MIN
+#define COLL_CONFIG_UNDEF_PTR NULL
+#define COLL_CONFIG_MAGIC 0xc011c0f1u
+
+/* Communicator configuration. size/magic/version let it grow without breaking the ABI: always
+ * start from COLL_CONFIG_INITIALIZER and set the fields you need. */
+typedef struct collConfig_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;         /* 1 (default): init and calls block. 0: reserved for non-blocking mode. */
+  int timeoutMs;        /* deadline for every wait; UNDEF = COLL_TIMEOUT */
+  const char* netName;  /* inter-host transport ("tcp"); UNDEF = automatic */
+  const char* commName; /* shown in logs */
+} collConfig_t;
+
+#define COLL_CONFIG_INITIALIZER                                                              \
+  {                                                                                          \
+    sizeof(collConfig_t), COLL_CONFIG_MAGIC, COLL_VERSION_CODE, COLL_CONFIG_UNDEF_INT,       \
+        COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_PTR                  \
+  }
+
+/* Version as COLL_VERSION(major, minor, patch). */
+COLL_API collResult_t collGetVersion(int* version);
+
+/* Creates a unique id on the root rank and starts its rendezvous listener. Broadcast the id to
+ * all ranks (MPI_Bcast, a file, ...) and pass it to collCommInitRank. */
+COLL_API collResult_t collGetUniqueId(collUniqueId* uniqueId);
+
+COLL_API collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId, int rank);
+COLL_API collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank,
+                                    collConfig_t* config);
+
+/* Rank and size from the launcher's environment (collrun, torchrun, Open MPI, PMI, Slurm) and
+ * the rendezvous from COLL_COMM_ID, MASTER_ADDR/MASTER_PORT or Slurm's node list. */
+COLL_API collResult_t collCommInitFromEnv(collComm_t* comm, collConfig_t* config);
+
+/* Finalize completes outstanding work; Destroy frees the communicator; Abort frees it without
+ * waiting for peers. */
+COLL_API collResult_t collCommFinalize(collComm_t comm);
+COLL_API collResult_t collCommDestroy(collComm_t comm);
+COLL_API collResult_t collCommAbort(collComm_t comm);
+COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* asyncError);
+COLL_API collResult_t collCommCount(const collComm_t comm, int* count);
+COLL_API collResult_t collCommUserRank(const collComm_t comm, int* rank);
+
+COLL_API const char* collGetErrorString(collResult_t result);
+/* The message of the last failure on this thread (for comm, or of any call when comm is NULL). */
+COLL_API const char* collGetLastError(collComm_t comm);
+
+COLL_API collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           collDataType_t datatype, collRedOp_t op, collComm_t comm,
+                           collStream_t stream);
+
+/* Calls between GroupStart and GroupEnd are queued and run at GroupEnd. Groups nest. */
+COLL_API collResult_t collGroupStart(void);
+COLL_API collResult_t collGroupEnd(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* COLLECTIVE_COLLECTIVE_H_ */

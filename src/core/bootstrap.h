@@ -1,0 +1,71 @@
+// Bootstrap: rendezvous through the root named in the unique id, then the rank table (each
+// rank's listening address and host hash) distributed down a tree, authenticated point-to-point
+// messages for connection setup, and authenticated data sockets. Designed for 100,000 ranks:
+// the root handles one small message per rank; connections between ranks are made only when
+// first needed. See docs/ARCHITECTURE.md for the cost.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/collective.h"
+#include "core/deadline.h"
+#include "core/socket.h"
+#include "core/status.h"
+
+namespace coll {
+
+using Secret = std::array<uint8_t, 16>;
+
+// The contents of collUniqueId (serialised into its 128 bytes by encode/decode).
+struct UniqueIdContents {
+  SocketAddress root;
+  Secret secret{};
+  bool authenticated = true;  // false: no secret (environment bootstrap without one)
+  uint64_t commNonce = 0;     // distinguishes communicators that share a root address
+};
+Status encodeUniqueId(const UniqueIdContents& contents, collUniqueId* out);
+Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out);
+
+// Starts a root listener (a thread that serves one rendezvous and exits) on the selected
+// interface (port 0 = any) and returns its id. collGetUniqueId calls this with a random secret.
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, collUniqueId* id);
+
+struct PeerInfo {
+  SocketAddress address;  // the rank's listener (bootstrap messages and data connections)
+  uint64_t hostHash = 0;
+  int32_t pid = 0;
+};
+
+class Bootstrap {
+ public:
+  // Rendezvous: registers with the root, receives the rank table, starts the listener thread.
+  static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash,
+                       Deadline deadline, std::unique_ptr<Bootstrap>* out);
+  virtual ~Bootstrap() = default;
+
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  virtual const PeerInfo& peer(int rank) const = 0;
+  // A stable identifier of this communicator (same on all ranks), for naming shared memory.
+  virtual uint64_t commHash() const = 0;
+
+  // Small control messages (connection setup). Messages from one peer with one tag arrive in
+  // order; recv rejects anything larger than maxSize.
+  virtual Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) = 0;
+  virtual Status recv(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize,
+                      Deadline deadline) = 0;
+
+  // An authenticated socket for data: the active side connects, the passive side accepts the
+  // connection the peer made for the same tag.
+  virtual Status connectData(int peer, uint32_t tag, Socket* out, Deadline deadline) = 0;
+  virtual Status acceptData(int peer, uint32_t tag, Socket* out, Deadline deadline) = 0;
+
+  // Wakes every waiter with an error and stops the listener (collCommAbort).
+  virtual void abort() = 0;
+};
+
+}  // namespace coll

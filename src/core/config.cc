@@ -1,0 +1,159 @@
+// The knob registry (see config.h). Add a knob here, and to the README's table.
+#include "core/config.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "core/log.h"
+
+namespace coll {
+
+namespace {
+
+const std::vector<KnobInfo> kKnobs = {
+    // Logging and diagnostics.
+    {"COLL_DEBUG", KnobType::String, "WARN", "Log level: NONE, WARN, INFO or TRACE.", false},
+    {"COLL_DEBUG_FILE", KnobType::String, "", "Write log lines to this file (%h = host, %p = pid) instead of stderr.", false},
+    // Deadlines.
+    {"COLL_TIMEOUT", KnobType::Int, "300", "Seconds any wait may last before it fails with collTimeout (bootstrap, connections, collectives).", false},
+    // Bootstrap and rendezvous.
+    {"COLL_COMM_ID", KnobType::String, "", "host:port of the rendezvous hosted by rank 0 (collCommInitFromEnv).", false},
+    {"COLL_COMM_SECRET", KnobType::String, "", "Job secret (hex or text) authenticating every connection (collCommInitFromEnv).", false},
+    {"COLL_COMM_SECRET_FILE", KnobType::String, "", "File holding the job secret (collrun writes one per job).", false},
+    {"COLL_RANK", KnobType::Int, "", "This process's rank (collrun sets it).", false},
+    {"COLL_WORLD_SIZE", KnobType::Int, "", "Number of ranks (collrun sets it).", false},
+    {"COLL_LOCAL_RANK", KnobType::Int, "", "Rank among the processes of this host (collrun sets it; informational).", false},
+    {"COLL_SOCKET_IFNAME", KnobType::String, "", "Interfaces to use: prefix list (eth,ib), ^ to exclude, = for exact names.", false},
+    {"COLL_SOCKET_FAMILY", KnobType::String, "", "AF_INET or AF_INET6 to force the address family of the chosen interface.", false},
+    {"COLL_BOOTSTRAP_FANOUT", KnobType::Int, "8", "Fan-out of the tree that distributes the rank table at init.", false},
+    {"COLL_HOSTID", KnobType::String, "", "Overrides host identity (default: hostname + boot id + network namespace).", false},
+    // Transports.
+    {"COLL_TRANSPORT", KnobType::String, "", "Force one transport for every peer: shm or tcp (testing).", false},
+    {"COLL_NSOCKS_PERPEER", KnobType::Int, "2", "TCP streams per peer connection; large transfers are striped over them.", false},
+    {"COLL_SOCKET_BUFFSIZE", KnobType::Bytes, "4M", "SO_SNDBUF / SO_RCVBUF of data sockets (0 = kernel default).", false},
+    {"COLL_TCP_STAGING_BYTES", KnobType::Bytes, "4M", "Send and receive staging ring per TCP connection.", false},
+    {"COLL_SHM_FIFO_BYTES", KnobType::Bytes, "2M", "Shared-memory FIFO per ordered pair of ranks on a host.", false},
+    {"COLL_SHM_WINDOW_BYTES", KnobType::Bytes, "8M", "Shared window per rank for the direct algorithm (two halves, alternated per call).", false},
+    {"COLL_SPIN_COUNT", KnobType::Int, "2000", "Polls before a waiting rank starts to yield the CPU.", false},
+    {"COLL_YIELD_COUNT", KnobType::Int, "200", "Yields before a waiting rank sleeps on a futex.", false},
+    // Planner and executor.
+    {"COLL_ALGO", KnobType::String, "", "Force the All-Reduce algorithm: ring or direct.", false},
+    {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: half the window).", false},
+    {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank.", false},
+    // Launcher variables read by collCommInitFromEnv.
+    {"RANK", KnobType::Int, "", "torchrun: rank.", true},
+    {"WORLD_SIZE", KnobType::Int, "", "torchrun: world size.", true},
+    {"MASTER_ADDR", KnobType::String, "", "torchrun: rendezvous host (we use MASTER_PORT + 1).", true},
+    {"MASTER_PORT", KnobType::Int, "", "torchrun: its own store's port.", true},
+    {"OMPI_COMM_WORLD_RANK", KnobType::Int, "", "Open MPI: rank.", true},
+    {"OMPI_COMM_WORLD_SIZE", KnobType::Int, "", "Open MPI: size.", true},
+    {"PMI_RANK", KnobType::Int, "", "PMI (MPICH, Hydra): rank.", true},
+    {"PMI_SIZE", KnobType::Int, "", "PMI (MPICH, Hydra): size.", true},
+    {"SLURM_PROCID", KnobType::Int, "", "Slurm: rank.", true},
+    {"SLURM_NTASKS", KnobType::Int, "", "Slurm: size.", true},
+    {"SLURM_JOB_ID", KnobType::Int, "", "Slurm: job id (derives the rendezvous port).", true},
+    {"SLURM_STEP_NODELIST", KnobType::String, "", "Slurm: nodes of this step (first one hosts the rendezvous).", true},
+    {"SLURM_JOB_NODELIST", KnobType::String, "", "Slurm: nodes of the job (when the step list is absent).", true},
+};
+
+const KnobInfo& findKnob(const char* name) {
+  for (const auto& k : kKnobs) {
+    if (strcmp(k.name, name) == 0) return k;
+  }
+  fprintf(stderr, "libcollective: internal error: knob %s is not declared in config.cc\n", name);
+  abort();
+}
+
+void warnOnce(const char* name, const std::string& value, const char* expected) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (warned.insert(name).second) {
+    COLL_WARN(-1, "ignoring %s=%s: expected %s; using the default", name, value.c_str(), expected);
+  }
+}
+
+std::optional<int64_t> parseInt(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long v = strtoll(text.c_str(), &end, 0);
+  if (errno != 0 || end == text.c_str() || *end != '\0') return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+const std::vector<KnobInfo>& allKnobs() { return kKnobs; }
+
+std::optional<std::string> knobRaw(const char* name) {
+  findKnob(name);
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<uint64_t> parseBytes(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = strtoull(text.c_str(), &end, 0);
+  if (errno != 0 || end == text.c_str() || text[0] == '-') return std::nullopt;
+  uint64_t mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1ull << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, ++end;
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return std::nullopt;
+  if (v > UINT64_MAX / mult) return std::nullopt;
+  return v * mult;
+}
+
+int64_t knobInt(const char* name) {
+  const KnobInfo& k = findKnob(name);
+  if (auto raw = knobRaw(name)) {
+    if (auto v = parseInt(*raw)) return *v;
+    warnOnce(name, *raw, "an integer");
+  }
+  return parseInt(k.defaultValue).value_or(0);
+}
+
+bool knobBool(const char* name) {
+  const KnobInfo& k = findKnob(name);
+  auto parse = [](const std::string& s) -> std::optional<bool> {
+    if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+    if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+    return std::nullopt;
+  };
+  if (auto raw = knobRaw(name)) {
+    if (auto v = parse(*raw)) return *v;
+    warnOnce(name, *raw, "0 or 1");
+  }
+  return parse(k.defaultValue).value_or(false);
+}
+
+std::string knobString(const char* name) {
+  const KnobInfo& k = findKnob(name);
+  if (auto raw = knobRaw(name)) return *raw;
+  return k.defaultValue;
+}
+
+uint64_t knobBytes(const char* name) {
+  const KnobInfo& k = findKnob(name);
+  if (auto raw = knobRaw(name)) {
+    if (auto v = parseBytes(*raw)) return *v;
+    warnOnce(name, *raw, "a byte count such as 65536, 64K or 4M");
+  }
+  return parseBytes(k.defaultValue).value_or(0);
+}
+
+int64_t defaultTimeoutMs() {
+  int64_t s = knobInt("COLL_TIMEOUT");
+  if (s <= 0) s = 300;
+  return s * 1000;
+}
+
+}  // namespace coll

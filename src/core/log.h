@@ -1,0 +1,26 @@
+// Logging: COLL_DEBUG=WARN|INFO|TRACE, lines prefixed "host:pid:tid [rank]" like NCCL's.
+#pragma once
+
+namespace coll {
+
+enum class LogLevel { None = 0, Warn = 1, Info = 2, Trace = 3 };
+
+// Level from COLL_DEBUG, read once.
+LogLevel logLevel();
+inline bool logEnabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(logLevel()); }
+
+// rank < 0 prints no rank. Never pass secrets.
+void logPrintf(LogLevel level, int rank, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// Re-reads COLL_DEBUG (tests).
+void logReset();
+
+}  // namespace coll
+
+#define COLL_LOG(level, rank, ...)                                                   \
+  do {                                                                               \
+    if (::coll::logEnabled(::coll::LogLevel::level)) ::coll::logPrintf(::coll::LogLevel::level, rank, __VA_ARGS__); \
+  } while (0)
+#define COLL_WARN(rank, ...) COLL_LOG(Warn, rank, __VA_ARGS__)
+#define COLL_INFO(rank, ...) COLL_LOG(Info, rank, __VA_ARGS__)
+#define COLL_TRACE(rank, ...) COLL_LOG(Trace, rank, __VA_ARGS__)

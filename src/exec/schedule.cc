@@ -1,0 +1,79 @@
+// Schedule building helpers.
+#include "exec/schedule.h"
+
+#include <algorithm>
+
+namespace coll {
+
+size_t dataTypeSize(collDataType_t dtype) {
+  switch (dtype) {
+    case collInt8:
+    case collUint8:
+    case collFloat8e4m3:
+    case collFloat8e5m2:
+      return 1;
+    case collFloat16:
+    case collBfloat16:
+      return 2;
+    case collInt32:
+    case collUint32:
+    case collFloat32:
+      return 4;
+    case collInt64:
+    case collUint64:
+    case collFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+void Schedule::clear() {
+  steps.clear();
+  deps.clear();
+  srcs.clear();
+  peers.clear();
+  scratchBytes = 0;
+  windowBytes = 0;
+  publishSlots = 0;
+  usesWindows = false;
+  divisor = 1;
+  algorithm = "";
+}
+
+int32_t Schedule::addStep(const Step& step) {
+  Step s = step;
+  s.depBegin = static_cast<uint32_t>(deps.size());
+  s.ndeps = 0;
+  steps.push_back(s);
+  return static_cast<int32_t>(steps.size() - 1);
+}
+
+void Schedule::addDep(int32_t stepIndex, const Dep& dep) {
+  // Dependencies of a step are contiguous: they must be added right after the step.
+  Step& s = steps[stepIndex];
+  deps.push_back(dep);
+  s.ndeps++;
+}
+
+int32_t Schedule::addReduce(const BufRef& dst, const BufRef* sources, uint32_t nsources, uint64_t count) {
+  Step s;
+  s.kind = StepKind::Reduce;
+  s.dst = dst;
+  s.count = count;
+  s.srcBegin = static_cast<uint32_t>(srcs.size());
+  s.nsrcs = nsources;
+  srcs.insert(srcs.end(), sources, sources + nsources);
+  return addStep(s);
+}
+
+void Schedule::finalizePeers() {
+  peers.clear();
+  for (const Step& s : steps) {
+    if (s.kind == StepKind::Send || s.kind == StepKind::Recv || s.kind == StepKind::RecvReduce) {
+      if (std::find(peers.begin(), peers.end(), s.peer) == peers.end()) peers.push_back(s.peer);
+    }
+  }
+}
+
+}  // namespace coll

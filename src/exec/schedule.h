@@ -1,0 +1,110 @@
+// Schedule: one rank's ordered steps of a collective, built by an algorithm (algorithms/) as a
+// pure function of (rank, topology, call arguments) and run by an executor (src/exec/). No I/O,
+// no threads, no globals: this is what lets tests run thousands of ranks in one process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collective/collective.h"
+
+namespace coll {
+
+// Which memory a step reads or writes. Offsets are in bytes from the start of that memory.
+enum class BufKind : uint8_t {
+  Send,     // the user's send buffer (read only)
+  Recv,     // the user's receive buffer
+  Scratch,  // per-call scratch of Schedule::scratchBytes, owned by the executor
+  Window,   // the host-shared window of local rank `owner` (current half; see HostWindows)
+};
+
+struct BufRef {
+  BufKind kind = BufKind::Send;
+  int32_t owner = -1;   // global rank owning the window (BufKind::Window only)
+  uint64_t offset = 0;  // bytes
+};
+
+enum class StepKind : uint8_t {
+  Send,        // send `count` elements read from src to `peer`
+  Recv,        // receive `count` elements from `peer` into dst
+  RecvReduce,  // dst = src (op) data received from `peer`; dst may equal src
+  Copy,        // dst = src, local
+  Reduce,      // dst = op over the `nsrcs` spans srcs[srcBegin ..), in that order, local / windows
+  Divide,      // dst = src / divisor (the average of collAvg), local
+};
+
+// What a step waits for. The dependent step may process its element i only when the dependency
+// covers element `offset + i` (sliced) or is complete (whole). Dependencies are per slice: data
+// streams through a rank instead of being stored and forwarded step by step.
+enum class DepKind : uint8_t {
+  Step,      // an earlier step of this schedule
+  PeerStep,  // a step of local rank `peer`'s schedule for the same call, read from its
+             // published progress slot `slot` (only steps with publishSlot >= 0 can be named)
+  PeerCall,  // local rank `peer` has completed the call `lag` calls back (window reuse)
+};
+
+struct Dep {
+  DepKind kind = DepKind::Step;
+  bool whole = false;    // wait for completion rather than per element
+  int32_t step = -1;     // DepKind::Step: step index
+  int32_t peer = -1;     // PeerStep / PeerCall: global rank of a rank on this host
+  int32_t slot = -1;     // PeerStep: published progress slot
+  uint64_t offset = 0;   // elements: element i of the dependent needs element offset+i done
+  uint64_t count = 0;    // PeerStep: the named step's element count (completion = count)
+  uint32_t lag = 0;      // PeerCall: 1 = the previous call, 2 = the one before
+};
+
+struct Step {
+  StepKind kind = StepKind::Copy;
+  int32_t peer = -1;       // Send / Recv / RecvReduce
+  BufRef src;              // Send, RecvReduce, Copy, Divide
+  BufRef dst;              // Recv, RecvReduce, Copy, Reduce, Divide
+  uint64_t count = 0;      // elements
+  uint32_t srcBegin = 0;   // Reduce: index into Schedule::srcs
+  uint32_t nsrcs = 0;      // Reduce: number of sources
+  uint32_t depBegin = 0;   // index into Schedule::deps
+  uint32_t ndeps = 0;
+  int32_t publishSlot = -1;  // >= 0: progress is published to local peers in this slot
+};
+
+// One rank's steps for one call. Sends to one peer happen in step order, and so do receives
+// from one peer: the k-th byte this rank sends to q is the k-th byte q's schedule receives from
+// this rank. Builders append with the helpers below; clear() keeps capacity so a reused plan
+// does not allocate.
+struct Schedule {
+  std::vector<Step> steps;
+  std::vector<Dep> deps;
+  std::vector<BufRef> srcs;   // sources of Reduce steps
+  std::vector<int32_t> peers; // distinct peers of Send/Recv steps (connections to prepare)
+  uint64_t scratchBytes = 0;
+  uint64_t windowBytes = 0;   // bytes of this rank's window half the schedule uses
+  int32_t publishSlots = 0;   // number of published progress slots used
+  bool usesWindows = false;
+  collDataType_t dtype = collFloat32;
+  collRedOp_t op = collSum;   // never collAvg: builders turn it into collSum + Divide steps
+  uint64_t divisor = 1;       // for Divide steps
+  const char* algorithm = ""; // name, for logs
+
+  void clear();
+  // Append a step; returns its index. Dependencies are added right after with addDep().
+  int32_t addStep(const Step& step);
+  void addDep(int32_t stepIndex, const Dep& dep);
+  // Reduce step with the given sources (in reduction order).
+  int32_t addReduce(const BufRef& dst, const BufRef* sources, uint32_t nsources, uint64_t count);
+  // Fills `peers` from the steps.
+  void finalizePeers();
+};
+
+// Helpers for the common shapes.
+inline BufRef sendAt(uint64_t offset) { return BufRef{BufKind::Send, -1, offset}; }
+inline BufRef recvAt(uint64_t offset) { return BufRef{BufKind::Recv, -1, offset}; }
+inline BufRef scratchAt(uint64_t offset) { return BufRef{BufKind::Scratch, -1, offset}; }
+inline BufRef windowAt(int32_t owner, uint64_t offset) { return BufRef{BufKind::Window, owner, offset}; }
+
+inline Dep stepDep(int32_t step, uint64_t offset = 0) { Dep d; d.kind = DepKind::Step; d.step = step; d.offset = offset; return d; }
+inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }
+
+size_t dataTypeSize(collDataType_t dtype);
+
+}  // namespace coll

@@ -1,0 +1,67 @@
+// Topology construction and host identity.
+#include "topo/topology.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <unordered_map>
+
+#include "core/config.h"
+
+namespace coll {
+
+int32_t Topology::localRank() const {
+  auto it = std::lower_bound(localRanks.begin(), localRanks.end(), rank);
+  return static_cast<int32_t>(it - localRanks.begin());
+}
+
+Topology Topology::fromHostHashes(int32_t rank, const std::vector<uint64_t>& hostHashes) {
+  Topology t;
+  t.rank = rank;
+  t.nranks = static_cast<int32_t>(hostHashes.size());
+  t.hostOfRank.resize(hostHashes.size());
+  std::unordered_map<uint64_t, int32_t> index;
+  for (size_t r = 0; r < hostHashes.size(); ++r) {
+    auto [it, inserted] = index.emplace(hostHashes[r], static_cast<int32_t>(index.size()));
+    t.hostOfRank[r] = it->second;
+  }
+  t.nhosts = static_cast<int32_t>(index.size());
+  for (int32_t r = 0; r < t.nranks; ++r) {
+    if (t.hostOfRank[r] == t.hostOfRank[rank]) t.localRanks.push_back(r);
+  }
+  return t;
+}
+
+Topology Topology::uniform(int32_t rank, int32_t nranks, int32_t ranksPerHost) {
+  std::vector<uint64_t> hashes(nranks);
+  for (int32_t r = 0; r < nranks; ++r) hashes[r] = static_cast<uint64_t>(r / ranksPerHost);
+  return fromHostHashes(rank, hashes);
+}
+
+std::string localHostIdentity() {
+  std::string override = knobString("COLL_HOSTID");
+  if (!override.empty()) return override;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string id = host;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string bootId;
+  if (boot >> bootId) id += "/" + bootId;
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) == 0) id += "/netns:" + std::to_string(st.st_ino);
+  return id;
+}
+
+uint64_t hashHostIdentity(const std::string& identity) {
+  // FNV-1a: stable across processes and builds.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : identity) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace coll

@@ -1,0 +1,82 @@
+// The transport interface: what the executor sees of a peer (a Connection: an in-order byte
+// stream in each direction with buffer-level access, so receive and reduction fuse in place) and
+// of the host (HostWindows: shared memory that every local rank maps). Nothing above this header
+// sees sockets, shared-memory segments or third-party transport objects.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+
+namespace coll {
+
+// A connection to one peer. Both directions are in-order byte streams: the k-th byte committed
+// by the sender is the k-th byte the receiver sees. Calls are non-blocking and made by one
+// thread at a time. Spans returned stay valid until the matching commit/consume.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual int peer() const = 0;
+
+  // Contiguous space the caller may write now (empty when the peer has not drained enough), and
+  // the commit of the first `bytes` of it. The space's size is a multiple of 8 bytes.
+  virtual std::span<std::byte> sendSpace() = 0;
+  virtual void sendCommit(size_t bytes) = 0;
+
+  // Contiguous received bytes not yet consumed (possibly empty), and their consumption.
+  virtual std::span<const std::byte> recvData() = 0;
+  virtual void recvConsume(size_t bytes) = 0;
+
+  // Moves bytes where the CPU must (sockets); a no-op for shared memory. An error means the
+  // peer or the link failed; the message names the peer.
+  virtual Status progress(bool* progressed) = 0;
+
+  // Called by an idle executor every few milliseconds: detects a dead peer where progress()
+  // cannot (a shared-memory peer whose process exited).
+  virtual Status checkHealth() = 0;
+
+  // True when every committed byte has left this process (sockets) or is visible to the peer.
+  virtual bool sendsFlushed() const = 0;
+};
+
+// Host-shared windows: one per local rank, each with two halves used alternately by consecutive
+// calls (so a fast rank can start call n+1 while a slow one still reads call n), published
+// progress slots, and a completed-call counter. Progress values encode (seq << 40) | elements.
+class HostWindows {
+ public:
+  static constexpr int kSeqShift = 40;
+  virtual ~HostWindows() = default;
+
+  // Data area of the window half that call `seq` uses, of local rank `rank` (global rank).
+  virtual std::byte* windowHalf(int rank, uint64_t seq) = 0;
+  virtual uint64_t halfBytes() const = 0;
+  virtual int maxPublishSlots() const = 0;
+  virtual std::atomic<uint64_t>& progressSlot(int rank, int slot) = 0;
+  virtual std::atomic<uint64_t>& completedCalls(int rank) = 0;
+  // Wakes local ranks sleeping in Links::wait (cheap when none sleeps: no system call).
+  virtual void notifyLocalPeers() = 0;
+};
+
+// What an executor needs from its communicator: connections (made lazily, on first use of a
+// peer), the host windows, and a way to sleep until something may have changed.
+class Links {
+ public:
+  virtual ~Links() = default;
+  virtual int rank() const = 0;
+  // Returns a ready connection to `peer`, setting it up first if needed (blocking, with the
+  // communicator's deadline).
+  virtual Status connection(int peer, Connection** out) = 0;
+  // nullptr when the host has no shared windows (a single rank on the host, or forced tcp).
+  virtual HostWindows* windows() = 0;
+  // Sleep protocol: token = prepareWait(); poll once more; if still idle, wait(token, ms). A
+  // notification between prepareWait and wait makes wait return at once.
+  virtual uint64_t prepareWait() = 0;
+  virtual void wait(uint64_t token, int maxMs) = 0;
+  // Wakes local peers after this rank made progress they may wait for (shared memory).
+  virtual void notifyPeers() = 0;
+};
+
+}  // namespace coll
