@@ -22,13 +22,19 @@ class Connection {
   virtual int peer() const = 0;
 
   // Contiguous space the caller may write now (empty when the peer has not drained enough), and
-  // the commit of the first `bytes` of it. The space's size is a multiple of 8 bytes.
+  // the commit of the first `bytes` of it. Buffers are multiples of 64 bytes, so when the stream
+  // position is a multiple of 8 the space is too: the executor pads every step's start to 8 bytes
+  // (both sides alike), so no element straddles the end of a ring buffer.
   virtual std::span<std::byte> sendSpace() = 0;
   virtual void sendCommit(size_t bytes) = 0;
 
   // Contiguous received bytes not yet consumed (possibly empty), and their consumption.
   virtual std::span<const std::byte> recvData() = 0;
   virtual void recvConsume(size_t bytes) = 0;
+
+  // Stream positions: bytes committed so far / bytes consumed so far (since the connection began).
+  virtual uint64_t sentBytes() const = 0;
+  virtual uint64_t receivedBytes() const = 0;
 
   // Moves bytes where the CPU must (sockets); a no-op for shared memory. An error means the
   // peer or the link failed; the message names the peer.

@@ -33,6 +33,15 @@ Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out);
 // Starts a root listener (a thread that serves one rendezvous and exits) on the selected
 // interface (port 0 = any) and returns its id. collGetUniqueId calls this with a random secret.
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, collUniqueId* id);
+// As above with a chosen commNonce (the environment bootstrap: every rank derives the same id).
+// An empty bindAddress (length 0) means the selected interface, port 0. A wildcard bindAddress
+// listens everywhere and publishes the selected interface's address in the id.
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret,
+                          uint64_t commNonce, collUniqueId* id);
+
+// Largest bootstrap message (recv's maxSize is also applied) and largest communicator.
+constexpr size_t kBootstrapMaxMessage = 16u << 20;
+constexpr int kBootstrapMaxRanks = 1 << 24;
 
 struct PeerInfo {
   SocketAddress address;  // the rank's listener (bootstrap messages and data connections)

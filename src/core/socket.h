@@ -26,6 +26,12 @@ struct SocketAddress {
   // Parses "host:port", "[v6]:port", or a name resolved with getaddrinfo.
   static Status parse(const std::string& text, SocketAddress* out);
   bool operator==(const SocketAddress& other) const;
+  // 127.0.0.0/8 or ::1 (a job whose root is on loopback is a single-host job).
+  bool isLoopback() const;
+  // 0.0.0.0 or :: (binds every interface; never sent to peers).
+  bool isWildcard() const;
+  // The wildcard address of `family` with `port`.
+  static SocketAddress wildcard(int family, uint16_t port);
 };
 
 struct NetInterface {
@@ -39,6 +45,14 @@ struct NetInterface {
 Status findInterfaces(const std::string& spec, int family, std::vector<NetInterface>* out);
 // The interface to bind to for this process, from COLL_SOCKET_IFNAME / COLL_SOCKET_FAMILY.
 Status selectInterface(NetInterface* out);
+// As selectInterface, but among the allowed interfaces prefers `family` (when
+// COLL_SOCKET_FAMILY does not force one), falling back to any family.
+Status selectInterfacePreferring(int family, NetInterface* out);
+// The COLL_SOCKET_IFNAME matcher as a pure function: does interface `name` pass `spec`?
+// An empty spec passes everything (the default exclusions live in findInterfaces).
+bool interfaceMatches(const std::string& spec, const std::string& name);
+// COLL_SOCKET_FAMILY text ("AF_INET", "AF_INET6", "4", "6", "") to AF_INET/AF_INET6/AF_UNSPEC.
+Status parseSocketFamily(const std::string& text, int* family);
 // The local interface address from which `remote` is reached (a UDP connect trick, no traffic).
 Status localAddressTowards(const SocketAddress& remote, SocketAddress* out);
 

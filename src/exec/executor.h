@@ -6,7 +6,9 @@
 // (the in-process executor) or many calls (a progress thread).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/deadline.h"
@@ -31,24 +33,54 @@ class Execution {
   // Makes all the progress possible now without blocking.
   Status poll(bool* done, bool* progressed);
 
-  // One line per unfinished step (kind, peer, progress), for timeout messages and dumps.
+  // One line per unfinished step (kind, peer, progress, what it waits for), for timeout
+  // messages and dumps.
   std::string describePending() const;
 
+  // Asks every connection in use whether its peer is still alive (idle waits call this).
+  Status checkHealth();
+
+  // Overrides COLL_SLICE_BYTES for this execution (tests); 0 restores the knob.
+  void setSliceBytes(size_t bytes) { sliceOverride_ = bytes; }
+
+  uint64_t seq() const { return seq_; }
+
  private:
-  struct StepState;
-  // implementation-defined members
+  uint64_t available(int32_t step) const;
+  bool progressSend(int32_t step);
+  bool progressRecv(int32_t step);
+  bool progressLocal(int32_t step);
+  void completeStep(int32_t step);
+  void publish(int32_t step);
+  std::byte* resolve(const BufRef& ref) const;
+
   const Schedule* schedule_ = nullptr;
   ExecBuffers buffers_;
   Links* links_ = nullptr;
+  HostWindows* windows_ = nullptr;
   uint64_t seq_ = 0;
-  std::vector<uint64_t> done_;              // elements done per step
-  std::vector<Connection*> conns_;          // per step (Send/Recv kinds)
+  int32_t rank_ = -1;
+  size_t es_ = 1;
+  uint64_t sliceElems_ = 1;
+  size_t sliceOverride_ = 0;
+
+  std::vector<uint64_t> done_;          // elements done per step
+  std::vector<uint8_t> padded_;         // per step: stream padding handled (Send/Recv kinds)
+  std::vector<int32_t> stepPeer_;       // per step: index into conns_ (-1 for local steps)
+  std::vector<std::byte*> srcPtr_, dstPtr_;  // per step, resolved at start
+  std::vector<const void*> reduceSrcs_;      // per Schedule::srcs entry, resolved at start
+  std::vector<const void*> reduceTmp_;       // shifted source pointers of one Reduce slice
+  std::vector<std::atomic<uint64_t>*> depAtomic_;  // per dep: progress slot / completed-call word
+  std::vector<std::atomic<uint64_t>*> mySlots_;    // this rank's published progress slots
+  std::vector<Connection*> conns_;      // per distinct peer (Schedule::peers order)
   std::vector<std::byte> scratch_;
-  std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: index of the head step
+  std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: position in its queue
   std::vector<int32_t> sendQueue_, recvQueue_;    // flattened per-peer step lists
-  std::vector<int32_t> sendBegin_, recvBegin_;    // per peer offsets into the queues
-  size_t remaining_ = 0;
-  size_t sliceBytes_ = 0;
+  std::vector<int32_t> sendBegin_, recvBegin_;    // per peer offsets into the queues (+1 entry)
+  std::vector<int32_t> localSteps_;     // Copy / Reduce / Divide steps, in order
+  size_t localFirst_ = 0;               // first possibly unfinished entry of localSteps_
+  size_t remaining_ = 0;                // unfinished steps
+  bool callPublished_ = false;
 };
 
 // Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the

@@ -11,6 +11,11 @@
 
 namespace coll::kernels {
 
+// Semantics (identical at every SIMD level, bit for bit): integer sum/prod wrap; floating max/min
+// propagate NaN (unlike C fmax: a NaN in any source makes the result NaN); between +0 and -0 the
+// earlier source wins. Aliasing means the same pointer; partial overlap is not supported. An
+// unsupported dtype/op (float8, avg) is a caller bug and aborts with a message.
+
 // dst[i] = a[i] op b[i]. dst may alias a or b. op is sum, prod, max or min (not avg).
 void reduce2(void* dst, const void* a, const void* b, size_t count, collDataType_t dtype, collRedOp_t op);
 
@@ -20,6 +25,7 @@ void reduceN(void* dst, const void* const* srcs, int n, size_t count, collDataTy
 
 // dst[i] = src[i] / divisor (collAvg's final step): integers divide (truncating toward zero, as
 // NCCL's integer average does), floating types divide in their accumulation type, rounded once.
+// divisor 0 is treated as 1.
 void divide(void* dst, const void* src, size_t count, collDataType_t dtype, uint64_t divisor);
 
 // Name of the SIMD level in use ("avx512", "avx2", "sse2"); COLL_SIMD-free: chosen from CPUID.

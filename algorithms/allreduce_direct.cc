@@ -1,0 +1,155 @@
+// Direct All-Reduce over host-shared windows: every local rank publishes its input in its window,
+// reductions read all windows in local-rank order, dependencies are progress slots, not messages.
+#include "algorithms/algorithms.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace coll {
+
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+Dep peerStepDep(int32_t peer, int32_t slot, uint64_t offset, uint64_t count) {
+  Dep d;
+  d.kind = DepKind::PeerStep;
+  d.peer = peer;
+  d.slot = slot;
+  d.offset = offset;
+  d.count = count;
+  return d;
+}
+
+Dep peerCallDep(int32_t peer, uint32_t lag) {
+  Dep d;
+  d.kind = DepKind::PeerCall;
+  d.peer = peer;
+  d.lag = lag;
+  return d;
+}
+
+}  // namespace
+
+uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize) {
+  // Layout: [input: B][pad to 64][result slice <= ceil(B / L) rounded up to one 8-byte element].
+  const uint64_t l = static_cast<uint64_t>(std::max(1, localSize));
+  auto fits = [&](uint64_t b) { return roundUp(b, kAlign) + (b + l - 1) / l + 8 <= windowHalfBytes; };
+  uint64_t lo = 0, hi = windowHalfBytes;
+  if (!fits(0)) return 0;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo / 8 * 8;
+}
+
+void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out) {
+  Schedule& s = *out;
+  s.clear();
+  s.algorithm = "direct";
+  s.dtype = args.dtype;
+  s.op = args.op == collAvg ? collSum : args.op;
+  const bool avg = args.op == collAvg;
+  s.divisor = avg ? static_cast<uint64_t>(topo.localSize()) : 1;
+  s.usesWindows = true;
+  const uint64_t es = dataTypeSize(args.dtype);
+  const uint64_t count = args.count;
+  const int32_t l = topo.localSize();
+  const int32_t me = topo.localRank();
+  const int32_t self = topo.rank;
+  const uint64_t inputBytes = count * es;
+  const uint64_t resultOff = roundUp(inputBytes, kAlign);
+
+  if (l <= 1) {
+    // Alone on the host: no windows exist and the result is the input.
+    s.usesWindows = false;
+    if (!args.inPlace() && count > 0) {
+      Step c;
+      c.kind = StepKind::Copy;
+      c.src = sendAt(0);
+      c.dst = recvAt(0);
+      c.count = count;
+      s.addStep(c);
+    }
+    return;
+  }
+
+  s.srcs.reserve(static_cast<size_t>(l));
+  // Step 0: publish the input. The half is reused two calls later, so wait until every peer has
+  // finished the call that last read it.
+  Step in;
+  in.kind = StepKind::Copy;
+  in.src = sendAt(0);
+  in.dst = windowAt(self, 0);
+  in.count = count;
+  in.publishSlot = 0;
+  int32_t copyIn = s.addStep(in);
+  for (int32_t j = 0; j < l; ++j) {
+    if (j != me) s.addDep(copyIn, peerCallDep(topo.localRanks[j], 2));
+  }
+
+  std::vector<BufRef> sources(static_cast<size_t>(l));
+  if (inputBytes < options.reduceAllBelowBytes) {
+    // Small: every rank reduces everything, one hop.
+    s.windowBytes = inputBytes;
+    s.publishSlots = 1;
+    for (int32_t j = 0; j < l; ++j) sources[j] = windowAt(topo.localRanks[j], 0);
+    int32_t red = s.addReduce(recvAt(0), sources.data(), static_cast<uint32_t>(l), count);
+    for (int32_t j = 0; j < l; ++j) {
+      if (j == me) s.addDep(red, stepDep(copyIn));
+      else s.addDep(red, peerStepDep(topo.localRanks[j], 0, 0, count));
+    }
+    if (avg) {
+      Step d;
+      d.kind = StepKind::Divide;
+      d.src = recvAt(0);
+      d.dst = d.src;
+      d.count = count;
+      int32_t di = s.addStep(d);
+      s.addDep(di, stepDep(red));
+    }
+    return;
+  }
+
+  // Sliced: owner i reduces [a_i, b_i) into its result area; everyone copies every result out.
+  const uint64_t base = count / l, extra = count % l;
+  auto sliceStart = [&](int32_t i) { return i * base + std::min<uint64_t>(i, extra); };
+  auto sliceCount = [&](int32_t i) { return base + (static_cast<uint64_t>(i) < extra ? 1 : 0); };
+  s.windowBytes = resultOff + (base + (extra ? 1 : 0)) * es;
+  s.publishSlots = 2;
+  const uint64_t a = sliceStart(me), n = sliceCount(me);
+  for (int32_t j = 0; j < l; ++j) sources[j] = windowAt(topo.localRanks[j], a * es);
+  int32_t red = s.addReduce(windowAt(self, resultOff), sources.data(), static_cast<uint32_t>(l), n);
+  for (int32_t j = 0; j < l; ++j) {
+    if (j == me) s.addDep(red, stepDep(copyIn, a));
+    else s.addDep(red, peerStepDep(topo.localRanks[j], 0, a, count));
+  }
+  int32_t last = red;
+  if (avg) {
+    Step d;
+    d.kind = StepKind::Divide;
+    d.src = windowAt(self, resultOff);
+    d.dst = d.src;
+    d.count = n;
+    last = s.addStep(d);
+    s.addDep(last, stepDep(red));
+  }
+  s.steps[last].publishSlot = 1;
+  for (int32_t t = 0; t < l; ++t) {
+    int32_t j = (me + t) % l;
+    Step c;
+    c.kind = StepKind::Copy;
+    c.src = windowAt(topo.localRanks[j], resultOff);
+    c.dst = recvAt(sliceStart(j) * es);
+    c.count = sliceCount(j);
+    int32_t ci = s.addStep(c);
+    if (j == me) s.addDep(ci, stepDep(last));
+    else s.addDep(ci, peerStepDep(topo.localRanks[j], 1, 0, sliceCount(j)));
+  }
+}
+
+}  // namespace coll

@@ -1,0 +1,71 @@
+// collinfo: prints the library version, the SIMD level the kernels picked, and every knob of
+// the config registry with its current value; --markdown prints the README's knob table.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "collective/collective.h"
+#include "core/config.h"
+#include "kernels/reduce.h"
+
+namespace {
+
+const char* typeName(coll::KnobType t) {
+  switch (t) {
+    case coll::KnobType::Int: return "int";
+    case coll::KnobType::Bool: return "bool";
+    case coll::KnobType::String: return "string";
+    case coll::KnobType::Bytes: return "bytes";
+  }
+  return "?";
+}
+
+// Markdown cells must not contain a bare '|'.
+std::string cell(const char* text) {
+  std::string out;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '|') out += "\\|";
+    else out += *p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool markdown = false;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--markdown") == 0) {
+      markdown = true;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      printf("usage: collinfo [--markdown]\n  prints version, SIMD level and all environment knobs\n"
+             "  --markdown  the knob table for the README\n");
+      return 0;
+    } else {
+      fprintf(stderr, "collinfo: unknown argument %s (see --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  const auto& knobs = coll::allKnobs();
+  if (markdown) {
+    printf("| Variable | Type | Default | Description |\n|---|---|---|---|\n");
+    for (const auto& k : knobs) {
+      std::string def = k.defaultValue[0] ? std::string("`") + k.defaultValue + "`" : "";
+      printf("| `%s` | %s | %s | %s%s |\n", k.name, typeName(k.type), def.c_str(), k.foreign ? "(launcher) " : "",
+             cell(k.doc).c_str());
+    }
+    return 0;
+  }
+  int version = 0;
+  if (collGetVersion(&version) != collSuccess) version = COLL_VERSION_CODE;
+  printf("libcollective %d.%d.%d\n", version / 10000, (version / 100) % 100, version % 100);
+  printf("SIMD level: %s\n", coll::kernels::simdLevel());
+  printf("\nEnvironment knobs (value shown when set):\n");
+  for (const auto& k : knobs) {
+    auto raw = coll::knobRaw(k.name);
+    printf("  %-24s %-6s default=%-8s %s%s\n", k.name, typeName(k.type), k.defaultValue[0] ? k.defaultValue : "-",
+           raw ? "value=" : "", raw ? raw->c_str() : "");
+    printf("      %s%s\n", k.foreign ? "(set by launchers) " : "", k.doc);
+  }
+  return 0;
+}

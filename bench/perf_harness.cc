@@ -1,0 +1,413 @@
+// The shared all-reduce benchmark loop (see perf_harness.h). Output follows nccl-tests' layout
+// column for column so that tables from either tool line up.
+#include "bench/perf_harness.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "bench/perf_data.h"
+
+namespace coll::perf {
+
+namespace {
+
+void onAlarm(int) {
+  static const char msg[] = "allreduce_perf: a test exceeded the -T timeout; aborting\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)ignored;
+  _exit(3);
+}
+
+bool parseSize(const char* text, size_t* out) {
+  char* end = nullptr;
+  double v = strtod(text, &end);
+  if (end == text || v < 0) return false;
+  double mult = 1;
+  switch (*end) {
+    case 'K': case 'k': mult = 1024.0; ++end; break;
+    case 'M': case 'm': mult = 1024.0 * 1024; ++end; break;
+    case 'G': case 'g': mult = 1024.0 * 1024 * 1024; ++end; break;
+    default: break;
+  }
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<size_t>(v * mult);
+  return true;
+}
+
+void printUsage(FILE* out, const char* program) {
+  fprintf(out,
+          "usage: %s [options]   (nccl-tests' flags)\n"
+          "  -b, --minbytes N      smallest size in bytes (K/M/G suffixes)      [32M]\n"
+          "  -e, --maxbytes N      largest size                                 [32M]\n"
+          "  -f, --stepfactor F    multiply the size by F each step (F > 1)\n"
+          "  -i, --stepbytes N     else add N bytes each step                   [1M]\n"
+          "  -n, --iters N         timed iterations per size                    [20]\n"
+          "  -w, --warmup_iters N  warm-up iterations per size                  [5]\n"
+          "  -c, --check 0|1       verify results on separate check iterations  [1]\n"
+          "  -o, --op OP           sum, prod, max, min, avg or all              [sum]\n"
+          "  -d, --datatype T      int8 uint8 int32 uint32 int64 uint64 half/float16 bfloat16\n"
+          "                        float/float32 double/float64 or all          [float]\n"
+          "  -a, --average 0..3    time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
+          "  -T, --timeout SEC     abort a test that runs longer than SEC        [0 = none]\n"
+          "  -z, --blocking 0|1    accepted; host calls always block\n"
+          "  -t, -g N              accepted for compatibility (must be 1)\n"
+          "      --json FILE       also write the results as JSON (rank 0)\n"
+          "  -h, --help            this text\n",
+          program);
+}
+
+const char* formatTime(double us, char* buf, size_t len) {
+  if (us >= 10000.0) snprintf(buf, len, "%7.0f", us);
+  else if (us >= 100.0) snprintf(buf, len, "%7.1f", us);
+  else snprintf(buf, len, "%7.2f", us);
+  return buf;
+}
+
+struct Placement {
+  double timeUs = 0;
+  double algBw = 0;
+  double busBw = 0;
+  double wrong = -1;  // -1 = not checked
+};
+
+struct Row {
+  size_t bytes;
+  size_t count;
+  collDataType_t type;
+  collRedOp_t op;
+  Placement oop, ip;
+};
+
+struct AlignedFree {
+  void operator()(void* p) const { free(p); }
+};
+
+void jsonEscape(FILE* f, const std::string& s) {
+  fputc('"', f);
+  for (char c : s) {
+    if (c == '"' || c == '\\') fputc('\\', f);
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+class Runner {
+ public:
+  Runner(const PerfOptions& opts, PerfBackend& backend) : opts_(opts), be_(backend) {}
+
+  int run() {
+    rank_ = be_.rank();
+    nranks_ = be_.size();
+    if (!printPreamble()) return 2;
+    size_t bufBytes = std::max<size_t>(opts_.maxBytes, 64);
+    bufBytes = (bufBytes + 4095) & ~size_t{4095};
+    send_.reset(aligned_alloc(4096, bufBytes));
+    recv_.reset(aligned_alloc(4096, bufBytes));
+    if (!send_ || !recv_) {
+      fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank_, bufBytes);
+      return 2;
+    }
+    memset(send_.get(), 0, bufBytes);
+    memset(recv_.get(), 0, bufBytes);
+    if (opts_.timeoutSec > 0) signal(SIGALRM, onAlarm);
+
+    for (collDataType_t type : opts_.types) {
+      for (collRedOp_t op : opts_.ops) {
+        for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
+          if (opts_.timeoutSec > 0) alarm(static_cast<unsigned>(opts_.timeoutSec));
+          Row row{bytes, bytes / typeSize(type), type, op, {}, {}};
+          if (!runOne(&row)) return 2;
+          if (opts_.timeoutSec > 0) alarm(0);
+          printRow(row);
+          rows_.push_back(row);
+          size_t next = opts_.stepFactor > 1 ? static_cast<size_t>(static_cast<double>(bytes) * opts_.stepFactor)
+                                             : bytes + opts_.stepBytes;
+          if (next <= bytes) break;  // -i 0, or a factor too small to move
+          bytes = next;
+        }
+      }
+    }
+    return printFooter();
+  }
+
+ private:
+  bool fail(const std::string& what, const std::string& error) {
+    fprintf(stderr, "rank %d: %s failed: %s\n", rank_, what.c_str(), error.c_str());
+    return false;
+  }
+
+  // Reduces a per-rank value to one (sum, or per -a for times) with an all-reduce of a double.
+  bool reduceDouble(double local, collRedOp_t op, double* out) {
+    double in = local, res = 0;
+    std::string err;
+    if (!be_.allReduce(&in, &res, 1, collFloat64, op, &err)) return fail("all-reduce of a statistic", err);
+    *out = res;
+    return true;
+  }
+
+  bool reduceTime(double localUs, double* out) {
+    switch (opts_.average) {
+      case 0: return reduceDouble(rank_ == 0 ? localUs : 0.0, collSum, out);
+      case 2: return reduceDouble(localUs, collMin, out);
+      case 3: return reduceDouble(localUs, collMax, out);
+      default: {
+        double sum = 0;
+        if (!reduceDouble(localUs, collSum, &sum)) return false;
+        *out = sum / nranks_;
+        return true;
+      }
+    }
+  }
+
+  bool timed(const Row& row, bool inPlace, Placement* p) {
+    std::string err;
+    const void* src = inPlace ? recv_.get() : send_.get();
+    for (int i = 0; i < opts_.warmup; ++i) {
+      if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("warm-up all-reduce", err);
+    }
+    if (!be_.barrier(&err)) return fail("barrier", err);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < opts_.iters; ++i) {
+      if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("timed all-reduce", err);
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(opts_.iters, 1);
+    if (!reduceTime(us, &p->timeUs)) return false;
+    double bytes = static_cast<double>(row.count * typeSize(row.type));
+    p->algBw = p->timeUs > 0 ? bytes / (p->timeUs * 1e-6) / 1e9 : 0;
+    p->busBw = p->algBw * (nranks_ > 1 ? 2.0 * (nranks_ - 1) / nranks_ : 0.0);
+    return true;
+  }
+
+  bool verify(const Row& row, bool inPlace, Placement* p) {
+    std::string err, first;
+    size_t bytes = row.count * typeSize(row.type);
+    fillInput(recv_.get(), row.count, row.type, row.op, rank_, nranks_);
+    if (!inPlace) {
+      fillInput(send_.get(), row.count, row.type, row.op, rank_, nranks_);
+      memset(recv_.get(), 0xa5, bytes);  // stale data must not pass for a result
+    }
+    const void* src = inPlace ? recv_.get() : send_.get();
+    if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("check all-reduce", err);
+    size_t wrong = checkResult(recv_.get(), row.count, row.type, row.op, nranks_, &first);
+    if (!inPlace) wrong += checkUnchanged(send_.get(), row.count, row.type, row.op, rank_, nranks_);
+    if (wrong > 0) {
+      fprintf(stderr, "rank %d: %s %s %s: %zu wrong; first: %s\n", rank_, inPlace ? "in-place" : "out-of-place",
+              typeName(row.type), opName(row.op), wrong, first.empty() ? "the send buffer was modified" : first.c_str());
+    }
+    return reduceDouble(static_cast<double>(wrong), collSum, &p->wrong);
+  }
+
+  bool runOne(Row* row) {
+    if (!timed(*row, false, &row->oop)) return false;
+    if (opts_.check && !verify(*row, false, &row->oop)) return false;
+    if (!timed(*row, true, &row->ip)) return false;
+    if (opts_.check && !verify(*row, true, &row->ip)) return false;
+    return true;
+  }
+
+  bool printPreamble() {
+    // Gather "pid host" of every rank through a byte-wise sum (each rank fills only its slot).
+    constexpr size_t kSlot = 96;
+    std::vector<unsigned char> mine(kSlot * nranks_, 0), all(kSlot * nranks_, 0);
+    char host[64] = {};
+    gethostname(host, sizeof(host) - 1);
+    snprintf(reinterpret_cast<char*>(&mine[kSlot * rank_]), kSlot, "%d %s", static_cast<int>(getpid()), host);
+    std::string err;
+    if (!be_.allReduce(mine.data(), all.data(), all.size(), collUint8, collSum, &err))
+      return fail("gathering rank info", err);
+    if (rank_ != 0) return true;
+    printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: ", opts_.minBytes, opts_.maxBytes);
+    if (opts_.stepFactor > 1) printf("%g(factor)", opts_.stepFactor);
+    else printf("%zu(bytes)", opts_.stepBytes);
+    printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", opts_.warmup, opts_.iters, opts_.check);
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < nranks_; ++r) {
+      char slot[kSlot + 1] = {};
+      memcpy(slot, &all[kSlot * r], kSlot);
+      int pid = atoi(slot);
+      const char* space = strchr(slot, ' ');
+      printf("#  Rank %2d Group  0 Pid %6d on %10s device  0 [host] %s\n", r, pid, space ? space + 1 : "?", be_.name());
+    }
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "",
+           "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop", "root",
+           "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "", "(us)",
+           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    fflush(stdout);
+    return true;
+  }
+
+  void printRow(const Row& row) {
+    if (rank_ != 0) return;
+    printf("%12zu  %12zu  %8s  %6s  %6d", row.count * typeSize(row.type), row.count, typeName(row.type), opName(row.op), -1);
+    for (const Placement* p : {&row.oop, &row.ip}) {
+      char t[32], w[32];
+      if (p->wrong < 0) snprintf(w, sizeof(w), "N/A");
+      else snprintf(w, sizeof(w), "%.0f", p->wrong);
+      printf("  %7s  %6.2f  %6.2f  %5s", formatTime(p->timeUs, t, sizeof(t)), p->algBw, p->busBw, w);
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+
+  int printFooter() {
+    double wrong = 0, bwSum = 0;
+    int bwCount = 0;
+    for (const Row& r : rows_) {
+      for (const Placement* p : {&r.oop, &r.ip}) {
+        if (p->wrong > 0) wrong += p->wrong;
+        bwSum += p->busBw;
+        ++bwCount;
+      }
+    }
+    double avgBw = bwCount ? bwSum / bwCount : 0;
+    if (rank_ == 0) {
+      printf("# Out of bounds values : %.0f %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
+      printf("# Avg bus bandwidth    : %g \n", avgBw);
+      printf("#\n");
+      fflush(stdout);
+      if (!opts_.jsonPath.empty()) writeJson(avgBw, wrong);
+    }
+    return wrong == 0 ? 0 : 1;
+  }
+
+  void writeJson(double avgBw, double wrong) {
+    FILE* f = fopen(opts_.jsonPath.c_str(), "w");
+    if (f == nullptr) {
+      fprintf(stderr, "cannot write %s: %s\n", opts_.jsonPath.c_str(), strerror(errno));
+      return;
+    }
+    fprintf(f, "{\n  \"benchmark\": \"allreduce\",\n  \"backend\": ");
+    jsonEscape(f, be_.name());
+    fprintf(f, ",\n  \"nranks\": %d,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %d,\n  \"average\": %d,\n",
+            nranks_, opts_.iters, opts_.warmup, opts_.check, opts_.average);
+    fprintf(f, "  \"results\": [\n");
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const Row& r = rows_[i];
+      fprintf(f, "    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\"", r.count * typeSize(r.type),
+              r.count, typeName(r.type), opName(r.op));
+      const char* names[] = {"out_of_place", "in_place"};
+      const Placement* ps[] = {&r.oop, &r.ip};
+      for (int k = 0; k < 2; ++k) {
+        fprintf(f, ", \"%s\": {\"time_us\": %.4f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"wrong\": ", names[k],
+                ps[k]->timeUs, ps[k]->algBw, ps[k]->busBw);
+        if (ps[k]->wrong < 0) fprintf(f, "null}");
+        else fprintf(f, "%.0f}", ps[k]->wrong);
+      }
+      fprintf(f, "}%s\n", i + 1 < rows_.size() ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"wrong_total\": %.0f,\n  \"avg_busbw_gbs\": %.6f\n}\n", wrong, avgBw);
+    fclose(f);
+  }
+
+  const PerfOptions& opts_;
+  PerfBackend& be_;
+  int rank_ = 0, nranks_ = 1;
+  std::unique_ptr<void, AlignedFree> send_, recv_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* opts) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string key = a, val;
+    bool hasInline = false;
+    // Long options may be written --name=value.
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
+      key = a.substr(0, a.find('='));
+      val = a.substr(a.find('=') + 1);
+      hasInline = true;
+    }
+    if (key == "-h" || key == "--help") {
+      printUsage(stdout, program);
+      return 0;
+    }
+    if (!hasInline) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "%s: option %s needs a value (see -h)\n", program, a.c_str());
+        return 2;
+      }
+      val = argv[++i];
+    }
+    auto bad = [&]() {
+      fprintf(stderr, "%s: invalid value '%s' for %s (see -h)\n", program, val.c_str(), key.c_str());
+      return 2;
+    };
+    auto toInt = [&](int* out) {
+      char* end = nullptr;
+      long v = strtol(val.c_str(), &end, 10);
+      if (end == val.c_str() || *end != '\0') return false;
+      *out = static_cast<int>(v);
+      return true;
+    };
+    int iv = 0;
+    if (key == "-b" || key == "--minbytes") {
+      if (!parseSize(val.c_str(), &opts->minBytes)) return bad();
+    } else if (key == "-e" || key == "--maxbytes") {
+      if (!parseSize(val.c_str(), &opts->maxBytes)) return bad();
+    } else if (key == "-f" || key == "--stepfactor") {
+      char* end = nullptr;
+      opts->stepFactor = strtod(val.c_str(), &end);
+      if (end == val.c_str() || *end != '\0' || opts->stepFactor < 0) return bad();
+    } else if (key == "-i" || key == "--stepbytes") {
+      if (!parseSize(val.c_str(), &opts->stepBytes)) return bad();
+    } else if (key == "-n" || key == "--iters") {
+      if (!toInt(&opts->iters) || opts->iters < 0) return bad();
+    } else if (key == "-w" || key == "--warmup_iters") {
+      if (!toInt(&opts->warmup) || opts->warmup < 0) return bad();
+    } else if (key == "-c" || key == "--check") {
+      if (!toInt(&opts->check) || opts->check < 0) return bad();
+      opts->check = opts->check ? 1 : 0;
+    } else if (key == "-a" || key == "--average") {
+      if (!toInt(&opts->average) || opts->average < 0 || opts->average > 3) return bad();
+    } else if (key == "-T" || key == "--timeout") {
+      if (!toInt(&opts->timeoutSec) || opts->timeoutSec < 0) return bad();
+    } else if (key == "-z" || key == "--blocking") {
+      if (!toInt(&opts->blocking)) return bad();
+    } else if (key == "-t" || key == "--nthreads" || key == "-g" || key == "--ngpus") {
+      if (!toInt(&iv) || iv != 1) {
+        fprintf(stderr, "%s: %s %s: one thread and one device per process only (launch more ranks)\n", program,
+                key.c_str(), val.c_str());
+        return 2;
+      }
+    } else if (key == "-o" || key == "--op") {
+      collRedOp_t op;
+      if (val == "all") opts->ops.assign(std::begin(kAllOps), std::end(kAllOps));
+      else if (parseOp(val, &op)) opts->ops = {op};
+      else return bad();
+    } else if (key == "-d" || key == "--datatype") {
+      collDataType_t t;
+      if (val == "all") opts->types.assign(std::begin(kAllTypes), std::end(kAllTypes));
+      else if (parseType(val, &t)) opts->types = {t};
+      else return bad();
+    } else if (key == "--json" || key == "-J") {
+      opts->jsonPath = val;
+    } else {
+      fprintf(stderr, "%s: unknown option %s (see -h)\n", program, a.c_str());
+      return 2;
+    }
+  }
+  if (opts->maxBytes < opts->minBytes) opts->maxBytes = opts->minBytes;
+  return -1;
+}
+
+int runAllReducePerf(const PerfOptions& opts, PerfBackend& backend) {
+  Runner runner(opts, backend);
+  return runner.run();
+}
+
+}  // namespace coll::perf

@@ -1,0 +1,48 @@
+// The all-reduce benchmark loop shared by every backend (libcollective, Open MPI): nccl-tests'
+// flags, timing, verification, table and JSON in one place, so backends compare like for like.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collective/collective.h"
+
+namespace coll::perf {
+
+struct PerfOptions {
+  size_t minBytes = 32u << 20;
+  size_t maxBytes = 32u << 20;
+  double stepFactor = 1;  // > 1: multiply; otherwise add stepBytes
+  size_t stepBytes = 1u << 20;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max over ranks
+  int timeoutSec = 0;
+  int blocking = 1;
+  std::vector<collRedOp_t> ops{collSum};
+  std::vector<collDataType_t> types{collFloat32};
+  std::string jsonPath;
+};
+
+// Parses nccl-tests' flags. Returns -1 to continue, else an exit code (0 after -h).
+int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* opts);
+
+class PerfBackend {
+ public:
+  virtual ~PerfBackend() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* name() const = 0;
+  // Blocking all-reduce; false with a message on failure.
+  virtual bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
+                         std::string* error) = 0;
+  virtual bool barrier(std::string* error) = 0;
+};
+
+// Runs every (type, op, size) of opts and prints the table on rank 0. Returns the process exit
+// code: 0 when every check passed, 1 on wrong results, 2 on communication errors.
+int runAllReducePerf(const PerfOptions& opts, PerfBackend& backend);
+
+}  // namespace coll::perf

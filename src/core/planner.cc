@@ -1,0 +1,100 @@
+// Planner implementation. The model is deliberately simple: ring All-Reduce takes 2(p-1) steps of
+// n/p bytes over its slowest link; direct All-Reduce (one host) takes two synchronisation hops
+// and moves each byte about three times through memory (copy in, reduce, copy out).
+#include "core/planner.h"
+
+#include <algorithm>
+
+#include "algorithms/algorithms.h"
+#include "exec/schedule.h"
+
+namespace coll {
+
+const char* algoName(AlgoId algo) {
+  switch (algo) {
+    case AlgoId::Ring: return "ring";
+    case AlgoId::Direct: return "direct";
+  }
+  return "?";
+}
+
+double predictRing(const PlannerInputs& in, uint64_t bytes) {
+  const Topology& t = *in.topo;
+  int p = t.nranks;
+  if (p <= 1) return 0;
+  const LinkCost& link = t.singleHost() ? in.intraHost : in.interHost;
+  double steps = 2.0 * (p - 1);
+  // Through shared memory each hop is two copies (into the FIFO, then reduced out of it); over a
+  // network the copies hide behind the wire.
+  double copies = t.singleHost() ? 2.0 : 1.0;
+  return steps * (link.alpha + copies * (static_cast<double>(bytes) / p) * link.beta);
+}
+
+double predictDirect(const PlannerInputs& in, uint64_t bytes) {
+  const Topology& t = *in.topo;
+  int p = t.nranks;
+  if (p <= 1) return 0;
+  // Every rank copies n in, reads n (its slice from p windows), copies n out.
+  return 2.0 * in.intraHost.alpha + 3.0 * static_cast<double>(bytes) * in.intraHost.beta;
+}
+
+namespace {
+
+uint64_t directLimitBytes(const PlannerInputs& in) {
+  uint64_t limit = directMaxBytes(in.windowHalfBytes, in.topo->localSize());
+  if (in.directMaxBytes > 0) limit = std::min(limit, in.directMaxBytes);
+  return limit;
+}
+
+bool directPossible(const PlannerInputs& in) {
+  return in.haveWindows && in.topo->singleHost() && in.topo->nranks > 1;
+}
+
+}  // namespace
+
+Status checkForcedAlgo(const PlannerInputs& in) {
+  const std::string& f = in.forcedAlgo;
+  if (f.empty()) return okStatus();
+  if (f != "ring" && f != "direct") {
+    return makeError(collInvalidUsage, "COLL_ALGO=%s is not an All-Reduce algorithm (known: ring, direct)",
+                     f.c_str());
+  }
+  if (f == "direct" && !directPossible(in) && in.topo->nranks > 1) {
+    return makeError(collInvalidUsage,
+                     "COLL_ALGO=direct needs every rank on one host with shared memory (this communicator has "
+                     "%d hosts%s); unset COLL_ALGO or use ring",
+                     in.topo->nhosts, in.haveWindows ? "" : " and no shared windows, e.g. COLL_TRANSPORT=tcp");
+  }
+  return okStatus();
+}
+
+Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out) {
+  COLL_TRY(checkForcedAlgo(in));
+  const uint64_t es = dataTypeSize(args.dtype);
+  const uint64_t bytes = args.count * es;
+  PlanChoice c;
+  // Below this size the extra reads of "every rank reduces everything" cost less than a hop.
+  c.reduceAllBelowBytes = 16 * 1024;
+  bool direct = false;
+  if (in.forcedAlgo == "direct") {
+    direct = true;
+  } else if (in.forcedAlgo.empty() && directPossible(in) && bytes <= directLimitBytes(in)) {
+    direct = predictDirect(in, bytes) <= predictRing(in, bytes);
+  }
+  if (direct && in.topo->nranks > 1) {
+    c.algo = AlgoId::Direct;
+    uint64_t limit = directLimitBytes(in);
+    if (limit < es) {
+      return makeError(collInvalidUsage, "COLL_SHM_WINDOW_BYTES is too small for even one element");
+    }
+    if (bytes > limit) c.roundElems = limit / es;
+    c.predictedSeconds = predictDirect(in, bytes);
+  } else {
+    c.algo = AlgoId::Ring;
+    c.predictedSeconds = predictRing(in, bytes);
+  }
+  *out = c;
+  return okStatus();
+}
+
+}  // namespace coll

@@ -1,0 +1,576 @@
+// The executor: per-slice dependency tracking, per-peer in-order send/receive queues, fused
+// receive-reduce out of the transport's buffer, and the poll/spin/yield/sleep wait loop.
+#include "exec/executor.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "kernels/reduce.h"
+
+namespace coll {
+
+namespace {
+
+constexpr uint64_t kElemMask = (uint64_t{1} << HostWindows::kSeqShift) - 1;
+constexpr int kSeqBits = 64 - HostWindows::kSeqShift;
+
+// Published progress keeps only the low 24 bits of the call number: compare modulo 2^24 so a
+// long job does not break after 16M calls. Negative = older call, positive = newer.
+int32_t seqDelta(uint64_t published, uint64_t seq) {
+  uint32_t d = static_cast<uint32_t>((published - seq) & ((uint64_t{1} << kSeqBits) - 1));
+  return static_cast<int32_t>(d << (32 - kSeqBits)) >> (32 - kSeqBits);
+}
+
+size_t knobSliceBytes() {
+  // Read once: the knob is consulted on every start() and getenv is not free.
+  static const size_t bytes = [] {
+    uint64_t b = knobBytes("COLL_SLICE_BYTES");
+    return static_cast<size_t>(b == 0 ? 128 * 1024 : b);
+  }();
+  return bytes;
+}
+
+const char* stepKindName(StepKind k) {
+  switch (k) {
+    case StepKind::Send: return "Send";
+    case StepKind::Recv: return "Recv";
+    case StepKind::RecvReduce: return "RecvReduce";
+    case StepKind::Copy: return "Copy";
+    case StepKind::Reduce: return "Reduce";
+    case StepKind::Divide: return "Divide";
+  }
+  return "?";
+}
+
+bool isTransportStep(StepKind k) {
+  return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce;
+}
+
+}  // namespace
+
+std::byte* Execution::resolve(const BufRef& ref) const {
+  switch (ref.kind) {
+    case BufKind::Send:
+      return const_cast<std::byte*>(static_cast<const std::byte*>(buffers_.send)) + ref.offset;
+    case BufKind::Recv:
+      return static_cast<std::byte*>(buffers_.recv) + ref.offset;
+    case BufKind::Scratch:
+      return const_cast<std::byte*>(scratch_.data()) + ref.offset;
+    case BufKind::Window:
+      return windows_->windowHalf(ref.owner, seq_) + ref.offset;
+  }
+  return nullptr;
+}
+
+Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Links& links, uint64_t seq) {
+  schedule_ = &schedule;
+  buffers_ = buffers;
+  links_ = &links;
+  seq_ = seq;
+  rank_ = links.rank();
+  windows_ = links.windows();
+  es_ = dataTypeSize(schedule.dtype);
+  if (es_ == 0) {
+    return makeError(collInvalidArgument, "rank %d: data type %d is not supported by the executor", rank_,
+                     static_cast<int>(schedule.dtype));
+  }
+  if (schedule.op == collAvg || schedule.op < 0 || schedule.op >= collNumOps) {
+    return makeError(collInternalError, "rank %d: schedule '%s' carries op %d; builders must turn avg into sum + Divide",
+                     rank_, schedule.algorithm, static_cast<int>(schedule.op));
+  }
+  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : knobSliceBytes();
+  sliceElems_ = std::max<uint64_t>(1, slice / es_);
+
+  const size_t nsteps = schedule.steps.size();
+  const size_t npeers = schedule.peers.size();
+  if (schedule.usesWindows) {
+    if (windows_ == nullptr) {
+      return makeError(collInternalError,
+                       "rank %d: schedule '%s' needs host-shared windows but this rank has none (is every rank of "
+                       "the call on one host, and is COLL_TRANSPORT forcing tcp?)",
+                       rank_, schedule.algorithm);
+    }
+    if (schedule.windowBytes > windows_->halfBytes() || schedule.publishSlots > windows_->maxPublishSlots()) {
+      return makeError(collInternalError,
+                       "rank %d: schedule '%s' needs %" PRIu64 " window bytes and %d progress slots; the window half "
+                       "has %" PRIu64 " bytes and %d slots (COLL_SHM_WINDOW_BYTES)",
+                       rank_, schedule.algorithm, schedule.windowBytes, schedule.publishSlots, windows_->halfBytes(),
+                       windows_->maxPublishSlots());
+    }
+  }
+
+  conns_.resize(npeers);
+  for (size_t p = 0; p < npeers; ++p) {
+    Connection* c = nullptr;
+    Status st = links.connection(schedule.peers[p], &c);
+    if (!st.ok()) {
+      return st.withContext("rank " + std::to_string(rank_) + ": connecting to rank " +
+                            std::to_string(schedule.peers[p]) + " for call " + std::to_string(seq));
+    }
+    conns_[p] = c;
+  }
+
+  done_.assign(nsteps, 0);
+  padded_.assign(nsteps, 0);
+  stepPeer_.assign(nsteps, -1);
+  srcPtr_.resize(nsteps);
+  dstPtr_.resize(nsteps);
+  scratch_.resize(schedule.scratchBytes);
+  localSteps_.clear();
+  localFirst_ = 0;
+  remaining_ = 0;
+  callPublished_ = false;
+
+  sendBegin_.assign(npeers + 1, 0);
+  recvBegin_.assign(npeers + 1, 0);
+  size_t maxSources = 0;
+  for (size_t i = 0; i < nsteps; ++i) {
+    const Step& s = schedule.steps[i];
+    if (s.depBegin + static_cast<size_t>(s.ndeps) > schedule.deps.size() ||
+        s.srcBegin + static_cast<size_t>(s.nsrcs) > schedule.srcs.size()) {
+      return makeError(collInternalError, "rank %d: step %zu of schedule '%s' names dependencies or sources out of range",
+                       rank_, i, schedule.algorithm);
+    }
+    if (s.publishSlot >= schedule.publishSlots || (s.publishSlot >= 0 && windows_ == nullptr)) {
+      return makeError(collInternalError, "rank %d: step %zu of schedule '%s' publishes slot %d of %d (windows %s)",
+                       rank_, i, schedule.algorithm, s.publishSlot, schedule.publishSlots,
+                       windows_ ? "present" : "absent");
+    }
+    if (isTransportStep(s.kind)) {
+      auto it = std::find(schedule.peers.begin(), schedule.peers.end(), s.peer);
+      if (it == schedule.peers.end()) {
+        return makeError(collInternalError, "rank %d: step %zu of schedule '%s' talks to rank %d, missing from "
+                         "Schedule::peers (finalizePeers not called?)", rank_, i, schedule.algorithm, s.peer);
+      }
+      int32_t p = static_cast<int32_t>(it - schedule.peers.begin());
+      stepPeer_[i] = p;
+      if (s.kind == StepKind::Send) sendBegin_[p + 1]++;
+      else recvBegin_[p + 1]++;
+    } else {
+      localSteps_.push_back(static_cast<int32_t>(i));
+    }
+    auto needsWindow = [&](const BufRef& r) { return r.kind == BufKind::Window && windows_ == nullptr; };
+    if (needsWindow(s.src) || needsWindow(s.dst)) {
+      return makeError(collInternalError, "rank %d: step %zu of schedule '%s' uses a window but the rank has none",
+                       rank_, i, schedule.algorithm);
+    }
+    srcPtr_[i] = (s.kind == StepKind::Recv || s.kind == StepKind::Reduce) ? nullptr : resolve(s.src);
+    dstPtr_[i] = s.kind == StepKind::Send ? nullptr : resolve(s.dst);
+    maxSources = std::max<size_t>(maxSources, s.nsrcs);
+    if (s.count > 0) remaining_++;
+  }
+  for (size_t p = 0; p < npeers; ++p) {
+    sendBegin_[p + 1] += sendBegin_[p];
+    recvBegin_[p + 1] += recvBegin_[p];
+  }
+  sendQueue_.resize(sendBegin_[npeers]);
+  recvQueue_.resize(recvBegin_[npeers]);
+  sendCursor_.assign(sendBegin_.begin(), sendBegin_.end() - 1);
+  recvCursor_.assign(recvBegin_.begin(), recvBegin_.end() - 1);
+  for (size_t i = 0; i < nsteps; ++i) {
+    const Step& s = schedule.steps[i];
+    if (!isTransportStep(s.kind)) continue;
+    int32_t p = stepPeer_[i];
+    if (s.kind == StepKind::Send) sendQueue_[sendCursor_[p]++] = static_cast<int32_t>(i);
+    else recvQueue_[recvCursor_[p]++] = static_cast<int32_t>(i);
+  }
+  sendCursor_.assign(sendBegin_.begin(), sendBegin_.end() - 1);
+  recvCursor_.assign(recvBegin_.begin(), recvBegin_.end() - 1);
+
+  reduceSrcs_.resize(schedule.srcs.size());
+  for (size_t k = 0; k < schedule.srcs.size(); ++k) {
+    if (schedule.srcs[k].kind == BufKind::Window && windows_ == nullptr) {
+      return makeError(collInternalError, "rank %d: a Reduce source of schedule '%s' is a window but the rank has none",
+                       rank_, schedule.algorithm);
+    }
+    reduceSrcs_[k] = resolve(schedule.srcs[k]);
+  }
+  reduceTmp_.resize(maxSources);
+
+  depAtomic_.assign(schedule.deps.size(), nullptr);
+  for (size_t k = 0; k < schedule.deps.size(); ++k) {
+    const Dep& d = schedule.deps[k];
+    if (d.kind == DepKind::Step) {
+      if (d.step < 0 || static_cast<size_t>(d.step) >= nsteps) {
+        return makeError(collInternalError, "rank %d: dependency %zu of schedule '%s' names step %d of %zu", rank_, k,
+                         schedule.algorithm, d.step, nsteps);
+      }
+      continue;
+    }
+    if (windows_ == nullptr) {
+      return makeError(collInternalError, "rank %d: schedule '%s' waits on local rank %d but this rank has no host "
+                       "windows", rank_, schedule.algorithm, d.peer);
+    }
+    depAtomic_[k] = d.kind == DepKind::PeerStep ? &windows_->progressSlot(d.peer, d.slot)
+                                                 : &windows_->completedCalls(d.peer);
+  }
+  mySlots_.resize(windows_ != nullptr ? static_cast<size_t>(schedule.publishSlots) : 0);
+  for (size_t k = 0; k < mySlots_.size(); ++k) mySlots_[k] = &windows_->progressSlot(rank_, static_cast<int>(k));
+
+  // Zero-count steps are complete from the start; peers still need to see them published.
+  bool published = false;
+  for (size_t i = 0; i < nsteps; ++i) {
+    const Step& s = schedule.steps[i];
+    if (s.count == 0 && s.publishSlot >= 0) {
+      mySlots_[s.publishSlot]->store((seq_ << HostWindows::kSeqShift), std::memory_order_release);
+      published = true;
+    }
+  }
+  if (published) links.notifyPeers();
+  return okStatus();
+}
+
+uint64_t Execution::available(int32_t index) const {
+  const Schedule& sc = *schedule_;
+  const Step& s = sc.steps[index];
+  uint64_t avail = s.count;
+  for (uint32_t k = s.depBegin; k < s.depBegin + s.ndeps; ++k) {
+    const Dep& d = sc.deps[k];
+    uint64_t a = 0;
+    switch (d.kind) {
+      case DepKind::Step: {
+        uint64_t dn = done_[d.step];
+        if (dn >= sc.steps[d.step].count) a = s.count;
+        else if (!d.whole && dn > d.offset) a = dn - d.offset;
+        break;
+      }
+      case DepKind::PeerStep: {
+        uint64_t v = depAtomic_[k]->load(std::memory_order_acquire);
+        int32_t delta = seqDelta(v >> HostWindows::kSeqShift, seq_);
+        uint64_t elements = v & kElemMask;
+        if (delta > 0 || (delta == 0 && elements >= d.count)) a = s.count;
+        else if (delta == 0 && !d.whole && elements > d.offset) a = elements - d.offset;
+        break;
+      }
+      case DepKind::PeerCall:
+        if (seq_ <= d.lag || depAtomic_[k]->load(std::memory_order_acquire) >= seq_ - d.lag) a = s.count;
+        break;
+    }
+    if (a < avail) {
+      avail = a;
+      if (avail == 0) return 0;
+    }
+  }
+  return avail;
+}
+
+void Execution::publish(int32_t index) {
+  const Step& s = schedule_->steps[index];
+  if (s.publishSlot < 0) return;
+  mySlots_[s.publishSlot]->store((seq_ << HostWindows::kSeqShift) | done_[index], std::memory_order_release);
+  links_->notifyPeers();
+}
+
+void Execution::completeStep(int32_t) { remaining_--; }
+
+bool Execution::progressSend(int32_t index) {
+  const Step& s = schedule_->steps[index];
+  Connection* c = conns_[stepPeer_[index]];
+  bool moved = false;
+  if (!padded_[index]) {
+    // Pad so the step's first element starts at a multiple of 8 in the stream: the receiver
+    // skips the same bytes, and no element straddles the end of a ring.
+    size_t pad = (8 - c->sentBytes() % 8) % 8;
+    while (pad > 0) {
+      auto space = c->sendSpace();
+      if (space.empty()) return moved;
+      size_t k = std::min(pad, space.size());
+      c->sendCommit(k);
+      pad -= k;
+      moved = true;
+    }
+    padded_[index] = 1;
+  }
+  uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
+  uint64_t dn = done_[index];
+  const std::byte* src = srcPtr_[index];
+  while (dn < limit) {
+    auto space = c->sendSpace();
+    uint64_t n = std::min<uint64_t>({limit - dn, sliceElems_, space.size() / es_});
+    if (n == 0) break;
+    memcpy(space.data(), src + dn * es_, n * es_);
+    c->sendCommit(n * es_);
+    dn += n;
+  }
+  if (dn != done_[index]) {
+    done_[index] = dn;
+    if (dn == s.count) completeStep(index);
+    publish(index);
+    moved = true;
+  }
+  return moved;
+}
+
+bool Execution::progressRecv(int32_t index) {
+  const Schedule& sc = *schedule_;
+  const Step& s = sc.steps[index];
+  Connection* c = conns_[stepPeer_[index]];
+  bool moved = false;
+  if (!padded_[index]) {
+    size_t pad = (8 - c->receivedBytes() % 8) % 8;
+    while (pad > 0) {
+      auto data = c->recvData();
+      if (data.empty()) return moved;
+      size_t k = std::min(pad, data.size());
+      c->recvConsume(k);
+      pad -= k;
+      moved = true;
+    }
+    padded_[index] = 1;
+  }
+  uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
+  uint64_t dn = done_[index];
+  std::byte* dst = dstPtr_[index];
+  const std::byte* src = srcPtr_[index];
+  const bool reduce = s.kind == StepKind::RecvReduce;
+  while (dn < limit) {
+    auto data = c->recvData();
+    uint64_t n = std::min<uint64_t>({limit - dn, sliceElems_, data.size() / es_});
+    if (n == 0) break;
+    if (reduce) {
+      // Fused receive-reduce: the bytes are reduced where the transport left them, still in cache.
+      kernels::reduce2(dst + dn * es_, src + dn * es_, data.data(), n, sc.dtype, sc.op);
+    } else {
+      memcpy(dst + dn * es_, data.data(), n * es_);
+    }
+    c->recvConsume(n * es_);
+    dn += n;
+  }
+  if (dn != done_[index]) {
+    done_[index] = dn;
+    if (dn == s.count) completeStep(index);
+    publish(index);
+    moved = true;
+  }
+  return moved;
+}
+
+bool Execution::progressLocal(int32_t index) {
+  const Schedule& sc = *schedule_;
+  const Step& s = sc.steps[index];
+  uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
+  uint64_t dn = done_[index];
+  if (dn >= limit) return false;
+  std::byte* dst = dstPtr_[index];
+  const std::byte* src = srcPtr_[index];
+  while (dn < limit) {
+    uint64_t n = std::min(limit - dn, sliceElems_);
+    switch (s.kind) {
+      case StepKind::Copy:
+        if (src != dst) memcpy(dst + dn * es_, src + dn * es_, n * es_);
+        break;
+      case StepKind::Reduce:
+        for (uint32_t j = 0; j < s.nsrcs; ++j) {
+          reduceTmp_[j] = static_cast<const std::byte*>(reduceSrcs_[s.srcBegin + j]) + dn * es_;
+        }
+        kernels::reduceN(dst + dn * es_, reduceTmp_.data(), static_cast<int>(s.nsrcs), n, sc.dtype, sc.op);
+        break;
+      case StepKind::Divide:
+        kernels::divide(dst + dn * es_, src + dn * es_, n, sc.dtype, sc.divisor);
+        break;
+      default:
+        break;
+    }
+    dn += n;
+    done_[index] = dn;
+    // Per slice, so local peers streaming from this step can start on it.
+    publish(index);
+  }
+  if (dn == s.count) completeStep(index);
+  return true;
+}
+
+Status Execution::poll(bool* done, bool* progressed) {
+  *done = false;
+  *progressed = false;
+  const size_t npeers = conns_.size();
+  for (size_t p = 0; p < npeers; ++p) {
+    bool moved = false;
+    Status st = conns_[p]->progress(&moved);
+    if (!st.ok()) {
+      int32_t head = sendCursor_[p] < sendBegin_[p + 1] ? sendQueue_[sendCursor_[p]]
+                     : recvCursor_[p] < recvBegin_[p + 1] ? recvQueue_[recvCursor_[p]] : -1;
+      char ctx[160];
+      snprintf(ctx, sizeof(ctx), "rank %d, call %" PRIu64 ", step %d (%s) with peer %d", rank_, seq_, head,
+               head >= 0 ? stepKindName(schedule_->steps[head].kind) : "none", schedule_->peers[p]);
+      return st.withContext(ctx);
+    }
+    if (moved) *progressed = true;
+  }
+  const auto& steps = schedule_->steps;
+  while (remaining_ > 0) {
+    bool any = false;
+    for (size_t p = 0; p < npeers; ++p) {
+      int32_t& cur = recvCursor_[p];
+      const int32_t end = recvBegin_[p + 1];
+      while (cur < end) {
+        int32_t i = recvQueue_[cur];
+        if (done_[i] >= steps[i].count) { ++cur; continue; }
+        any |= progressRecv(i);
+        if (done_[i] < steps[i].count) break;
+      }
+    }
+    for (size_t k = localFirst_; k < localSteps_.size(); ++k) {
+      int32_t i = localSteps_[k];
+      if (done_[i] >= steps[i].count) {
+        if (k == localFirst_) ++localFirst_;
+        continue;
+      }
+      any |= progressLocal(i);
+    }
+    for (size_t p = 0; p < npeers; ++p) {
+      int32_t& cur = sendCursor_[p];
+      const int32_t end = sendBegin_[p + 1];
+      while (cur < end) {
+        int32_t i = sendQueue_[cur];
+        if (done_[i] >= steps[i].count) { ++cur; continue; }
+        any |= progressSend(i);
+        if (done_[i] < steps[i].count) break;
+      }
+    }
+    if (!any) break;
+    *progressed = true;
+  }
+  if (remaining_ > 0) return okStatus();
+  if (!callPublished_) {
+    // Every call publishes its completion (also calls without windows): lag-2 window reuse of
+    // later calls waits on it.
+    callPublished_ = true;
+    if (windows_ != nullptr) {
+      windows_->completedCalls(rank_).store(seq_, std::memory_order_release);
+      links_->notifyPeers();
+    }
+    *progressed = true;
+  }
+  for (size_t p = 0; p < npeers; ++p) {
+    if (!conns_[p]->sendsFlushed()) return okStatus();
+  }
+  *done = true;
+  return okStatus();
+}
+
+Status Execution::checkHealth() {
+  for (size_t p = 0; p < conns_.size(); ++p) {
+    Status st = conns_[p]->checkHealth();
+    if (!st.ok()) {
+      return st.withContext("rank " + std::to_string(rank_) + ", call " + std::to_string(seq_) + ", peer " +
+                            std::to_string(schedule_->peers[p]));
+    }
+  }
+  return okStatus();
+}
+
+std::string Execution::describePending() const {
+  std::string out;
+  if (schedule_ == nullptr) return out;
+  const Schedule& sc = *schedule_;
+  char line[256];
+  for (size_t i = 0; i < sc.steps.size(); ++i) {
+    const Step& s = sc.steps[i];
+    if (done_[i] >= s.count) continue;
+    snprintf(line, sizeof(line), "  step %zu %s", i, stepKindName(s.kind));
+    out += line;
+    if (isTransportStep(s.kind)) {
+      snprintf(line, sizeof(line), " peer %d", s.peer);
+      out += line;
+    }
+    snprintf(line, sizeof(line), " %" PRIu64 "/%" PRIu64 " elements", done_[i], s.count);
+    out += line;
+    for (uint32_t k = s.depBegin; k < s.depBegin + s.ndeps; ++k) {
+      const Dep& d = sc.deps[k];
+      switch (d.kind) {
+        case DepKind::Step:
+          if (done_[d.step] < sc.steps[d.step].count) {
+            snprintf(line, sizeof(line), "; waits for step %d (%" PRIu64 "/%" PRIu64 ")", d.step, done_[d.step],
+                     sc.steps[d.step].count);
+            out += line;
+          }
+          break;
+        case DepKind::PeerStep: {
+          uint64_t v = depAtomic_[k]->load(std::memory_order_acquire);
+          snprintf(line, sizeof(line), "; waits for rank %d slot %d (published call %" PRIu64 ", %" PRIu64
+                   " elements; needs call %" PRIu64 ", %" PRIu64 ")", d.peer, d.slot, v >> HostWindows::kSeqShift,
+                   v & kElemMask, seq_, d.count);
+          out += line;
+          break;
+        }
+        case DepKind::PeerCall:
+          if (seq_ > d.lag) {
+            snprintf(line, sizeof(line), "; waits for rank %d to finish call %" PRIu64 " (it finished %" PRIu64 ")",
+                     d.peer, seq_ - d.lag, depAtomic_[k]->load(std::memory_order_acquire));
+            out += line;
+          }
+          break;
+      }
+    }
+    out += '\n';
+  }
+  if (remaining_ == 0) {
+    for (size_t p = 0; p < conns_.size(); ++p) {
+      if (!conns_[p]->sendsFlushed()) {
+        snprintf(line, sizeof(line), "  sends to rank %d not yet flushed\n", sc.peers[p]);
+        out += line;
+      }
+    }
+  }
+  return out;
+}
+
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline) {
+  static const uint64_t spinCount = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
+  static const uint64_t yieldCount = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
+  uint64_t idle = 0;
+  Clock::time_point lastHealth{};
+  for (;;) {
+    bool done = false, progressed = false;
+    COLL_TRY(execution.poll(&done, &progressed));
+    if (done) return okStatus();
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    bool checkClock;
+    if (idle <= spinCount) {
+      checkClock = (idle & 1023) == 0;
+    } else if (idle <= spinCount + yieldCount) {
+      sched_yield();
+      checkClock = (idle & 63) == 0;
+    } else {
+      Clock::time_point now = Clock::now();
+      if (idle == spinCount + yieldCount + 1) lastHealth = now;
+      if (now - lastHealth >= std::chrono::milliseconds(100)) {
+        COLL_TRY(execution.checkHealth());
+        lastHealth = now;
+      }
+      checkClock = true;
+      if (!deadline.expired()) {
+        uint64_t token = links.prepareWait();
+        COLL_TRY(execution.poll(&done, &progressed));
+        if (done) return okStatus();
+        if (progressed) {
+          idle = 0;
+          continue;
+        }
+        links.wait(token, std::min(10, deadline.remainingMs()));
+      }
+    }
+    if (checkClock && deadline.expired()) {
+      std::string msg = "rank " + std::to_string(links.rank()) +
+                        ": collective call " + std::to_string(execution.seq()) +
+                        " timed out (raise COLL_TIMEOUT, currently " +
+                        std::to_string(defaultTimeoutMs() / 1000) + " s, if peers are merely slow); pending:\n" +
+                        execution.describePending();
+      COLL_WARN(links.rank(), "%s", msg.c_str());
+      return Status(collTimeout, msg);
+    }
+  }
+}
+
+}  // namespace coll

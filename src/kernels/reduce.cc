@@ -1,0 +1,137 @@
+// Reduction kernels: the portable (baseline SSE2 / generic) implementation, run-time selection of
+// the SIMD level and the public entry points declared in reduce.h.
+#define COLL_KERNEL_ISA portable
+#define COLL_VEC_BYTES 16
+#define COLL_F16C_WIDTH 0
+#include "kernels/reduce_impl.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "core/log.h"
+#include "kernels/reduce.h"
+
+namespace coll::kernels {
+namespace detail {
+
+const KernelTable* portableTable() {
+  static const KernelTable table = portable::makeTable("sse2");
+  return &table;
+}
+
+bool simdLevelSupported(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Sse2:
+      return true;
+    case SimdLevel::Avx2:
+#if defined(__x86_64__) || defined(__i386__)
+      return avx2Table() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    case SimdLevel::Avx512:
+#if defined(__x86_64__) || defined(__i386__)
+      return avx512Table() != nullptr && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+namespace {
+
+// Constant-initialised, so kernels called from other files' static initialisers still work; the
+// hot path is one load and an indirect call.
+std::atomic<const KernelTable*> gActive{nullptr};
+
+const KernelTable* tableFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Avx512:
+      return avx512Table();
+    case SimdLevel::Avx2:
+      return avx2Table();
+    case SimdLevel::Sse2:
+      break;
+  }
+  return portableTable();
+}
+
+const KernelTable* chooseFromCpu() {
+  for (SimdLevel level : {SimdLevel::Avx512, SimdLevel::Avx2}) {
+    if (simdLevelSupported(level)) return tableFor(level);
+  }
+  return portableTable();
+}
+
+[[gnu::noinline, gnu::cold]] const KernelTable* initActive() {
+  const KernelTable* chosen = chooseFromCpu();
+  const KernelTable* expected = nullptr;
+  if (!gActive.compare_exchange_strong(expected, chosen, std::memory_order_acq_rel)) return expected;
+  COLL_INFO(-1, "reduction kernels: %s", chosen->name);
+  return chosen;
+}
+
+inline const KernelTable& active() {
+  const KernelTable* t = gActive.load(std::memory_order_acquire);
+  if (__builtin_expect(t == nullptr, 0)) t = initActive();
+  return *t;
+}
+
+[[noreturn, gnu::cold]] void badArgs(const char* what, int dtype, int op) {
+  COLL_WARN(-1, "%s: unsupported dtype %d / op %d reached the reduction kernels (callers must map avg to "
+            "sum+divide and never pass float8 types)", what, dtype, op);
+  std::abort();
+}
+
+inline bool validType(collDataType_t dtype) {
+  return static_cast<unsigned>(dtype) < static_cast<unsigned>(collNumTypes);
+}
+inline bool validOp(collRedOp_t op) { return static_cast<unsigned>(op) < static_cast<unsigned>(kNumKernelOps); }
+
+}  // namespace
+
+bool setSimdLevelForTesting(SimdLevel level) {
+  if (!simdLevelSupported(level)) return false;
+  gActive.store(tableFor(level), std::memory_order_release);
+  return true;
+}
+
+void resetSimdLevelForTesting() { gActive.store(chooseFromCpu(), std::memory_order_release); }
+
+}  // namespace detail
+
+void reduce2(void* dst, const void* a, const void* b, size_t count, collDataType_t dtype, collRedOp_t op) {
+  const detail::KernelTable& t = detail::active();
+  detail::Reduce2Fn fn = nullptr;
+  if (detail::validType(dtype) && detail::validOp(op)) fn = t.reduce2[dtype][op];
+  if (__builtin_expect(fn == nullptr, 0)) detail::badArgs("reduce2", dtype, op);
+  fn(dst, a, b, count);
+}
+
+void reduceN(void* dst, const void* const* srcs, int n, size_t count, collDataType_t dtype, collRedOp_t op) {
+  const detail::KernelTable& t = detail::active();
+  detail::ReduceNFn fn = nullptr;
+  if (detail::validType(dtype) && detail::validOp(op) && n >= 1) fn = t.reduceN[dtype][op];
+  if (__builtin_expect(fn == nullptr, 0)) detail::badArgs("reduceN (or n < 1)", dtype, op);
+  fn(dst, srcs, n, count);
+}
+
+void divide(void* dst, const void* src, size_t count, collDataType_t dtype, uint64_t divisor) {
+  const detail::KernelTable& t = detail::active();
+  detail::DivideFn fn = detail::validType(dtype) ? t.divide[dtype] : nullptr;
+  if (__builtin_expect(fn == nullptr, 0)) detail::badArgs("divide", dtype, -1);
+  fn(dst, src, count, divisor);
+}
+
+const char* simdLevel() { return detail::active().name; }
+
+float halfToFloat(uint16_t h) { return portable::halfToFloatS(h); }
+uint16_t floatToHalf(float f) { return portable::floatToHalfS(f); }
+float bfloat16ToFloat(uint16_t b) { return portable::bf16ToFloatS(b); }
+uint16_t floatToBfloat16(float f) { return portable::floatToBf16S(f); }
+
+}  // namespace coll::kernels

@@ -1,0 +1,165 @@
+// Public C API: argument validation, handle safety, and All-Reduce through communicators whose
+// ranks are threads of this process.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/collective.h"
+
+namespace {
+
+// Creates `n` communicators (one per thread, as ranks), runs `body(rank, comm)` on each thread,
+// then destroys them.
+void withComms(int n, const std::function<void(int, collComm_t)>& body) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  std::vector<collResult_t> results(n, collInternalError);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collComm_t comm = nullptr;
+      results[r] = collCommInitRank(&comm, n, id, r);
+      if (results[r] != collSuccess) return;
+      body(r, comm);
+      results[r] = collCommDestroy(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], collSuccess) << "rank " << r;
+}
+
+TEST(Api, VersionAndErrorStrings) {
+  int v = 0;
+  ASSERT_EQ(collGetVersion(&v), collSuccess);
+  EXPECT_EQ(v, COLL_VERSION_CODE);
+  EXPECT_EQ(collGetVersion(nullptr), collInvalidArgument);
+  for (int r = 0; r < collNumResults; ++r) EXPECT_STRNE(collGetErrorString(static_cast<collResult_t>(r)), "");
+  EXPECT_NE(std::string(collGetErrorString(collTimeout)).find("COLL_TIMEOUT"), std::string::npos);
+}
+
+TEST(Api, NullAndForgedHandlesAreCleanErrors) {
+  float x = 1, y = 0;
+  EXPECT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, nullptr, nullptr), collInvalidArgument);
+  int n = 0;
+  EXPECT_EQ(collCommCount(nullptr, &n), collInvalidArgument);
+  // A value that was never a handle.
+  auto forged = reinterpret_cast<collComm_t>(static_cast<uintptr_t>(0x1234567800000001ull));
+  EXPECT_EQ(collCommDestroy(forged), collInvalidArgument);
+  EXPECT_NE(std::string(collGetLastError(nullptr)).find("not valid"), std::string::npos);
+}
+
+TEST(Api, InitRejectsBadArguments) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  collComm_t comm = nullptr;
+  EXPECT_EQ(collCommInitRank(&comm, 2, id, 2), collInvalidArgument);
+  EXPECT_EQ(collCommInitRank(&comm, 2, id, -1), collInvalidArgument);
+  EXPECT_EQ(collCommInitRank(&comm, 0, id, 0), collInvalidArgument);
+  EXPECT_EQ(collCommInitRank(nullptr, 1, id, 0), collInvalidArgument);
+  collConfig_t config = COLL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_EQ(collCommInitRankConfig(&comm, 1, id, 0, &config), collInvalidArgument);
+  EXPECT_NE(std::string(collGetLastError(nullptr)).find("COLL_CONFIG_INITIALIZER"), std::string::npos);
+  collUniqueId junk;
+  memset(&junk, 0x5a, sizeof(junk));
+  EXPECT_EQ(collCommInitRank(&comm, 1, junk, 0), collInvalidArgument);
+}
+
+TEST(Api, BadCallArgumentsLeaveBuffersUntouched) {
+  withComms(1, [](int, collComm_t comm) {
+    std::vector<float> send(16, 1.0f), recv(16, -7.0f);
+    auto untouched = [&] {
+      for (float v : recv) EXPECT_EQ(v, -7.0f);
+    };
+    EXPECT_EQ(collAllReduce(nullptr, recv.data(), 16, collFloat32, collSum, comm, nullptr), collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), nullptr, 16, collFloat32, collSum, comm, nullptr), collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, static_cast<collDataType_t>(42), collSum, comm, nullptr),
+              collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, collFloat8e4m3, collSum, comm, nullptr), collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, collFloat32, static_cast<collRedOp_t>(9), comm, nullptr),
+              collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), SIZE_MAX / 2, collFloat32, collSum, comm, nullptr),
+              collInvalidArgument);
+    EXPECT_EQ(collAllReduce(recv.data(), recv.data() + 1, 8, collFloat32, collSum, comm, nullptr), collInvalidArgument);
+    int dummyStream = 0;
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, collFloat32, collSum, comm, &dummyStream), collInvalidUsage);
+    untouched();
+    // NULL buffers are fine with count 0.
+    EXPECT_EQ(collAllReduce(nullptr, nullptr, 0, collFloat32, collSum, comm, nullptr), collSuccess);
+  });
+}
+
+TEST(Api, UseAfterDestroyIsACleanError) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  collComm_t comm = nullptr;
+  ASSERT_EQ(collCommInitRank(&comm, 1, id, 0), collSuccess) << collGetLastError(nullptr);
+  int n = 0, r = -1;
+  EXPECT_EQ(collCommCount(comm, &n), collSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(collCommUserRank(comm, &r), collSuccess);
+  EXPECT_EQ(r, 0);
+  ASSERT_EQ(collCommDestroy(comm), collSuccess);
+  float x = 1, y = 0;
+  EXPECT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, comm, nullptr), collInvalidArgument);
+  EXPECT_EQ(y, 0.0f);
+  EXPECT_EQ(collCommDestroy(comm), collInvalidArgument);
+  EXPECT_EQ(collCommAbort(comm), collInvalidArgument);
+  collResult_t async;
+  EXPECT_EQ(collCommGetAsyncError(comm, &async), collInvalidArgument);
+  // A new communicator that reuses the slot does not revive the old handle.
+  collUniqueId id2;
+  ASSERT_EQ(collGetUniqueId(&id2), collSuccess);
+  collComm_t comm2 = nullptr;
+  ASSERT_EQ(collCommInitRank(&comm2, 1, id2, 0), collSuccess);
+  EXPECT_NE(comm2, comm);
+  EXPECT_EQ(collCommCount(comm, &n), collInvalidArgument);
+  EXPECT_EQ(collCommGetAsyncError(comm2, &async), collSuccess);
+  EXPECT_EQ(async, collSuccess);
+  EXPECT_EQ(collCommFinalize(comm2), collSuccess);
+  EXPECT_EQ(collCommDestroy(comm2), collSuccess);
+}
+
+TEST(Api, AllReduceAcrossThreadRanks) {
+  for (int n : {1, 2, 3, 4}) {
+    withComms(n, [n](int rank, collComm_t comm) {
+      for (size_t count : {size_t{1}, size_t{7}, size_t{1009}, size_t{300000}}) {
+        std::vector<int32_t> send(count), recv(count, -1);
+        for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(rank * 1000 + i % 97);
+        ASSERT_EQ(collAllReduce(send.data(), recv.data(), count, collInt32, collSum, comm, nullptr), collSuccess)
+            << collGetLastError(comm);
+        for (size_t i = 0; i < count; ++i) {
+          int32_t expect = static_cast<int32_t>(1000 * n * (n - 1) / 2 + n * (i % 97));
+          ASSERT_EQ(recv[i], expect) << "rank " << rank << " count " << count << " i " << i;
+        }
+        // In place, average.
+        std::vector<double> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = rank + static_cast<double>(i % 5);
+        ASSERT_EQ(collAllReduce(data.data(), data.data(), count, collFloat64, collAvg, comm, nullptr), collSuccess);
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(data[i], (n - 1) / 2.0 + static_cast<double>(i % 5));
+      }
+    });
+  }
+}
+
+TEST(Api, GroupedCallsRunAtGroupEnd) {
+  withComms(2, [](int rank, collComm_t comm) {
+    std::vector<float> a(100, static_cast<float>(rank + 1)), b(50, 2.0f);
+    ASSERT_EQ(collGroupStart(), collSuccess);
+    ASSERT_EQ(collGroupStart(), collSuccess);
+    ASSERT_EQ(collAllReduce(a.data(), a.data(), a.size(), collFloat32, collSum, comm, nullptr), collSuccess);
+    ASSERT_EQ(collGroupEnd(), collSuccess);
+    EXPECT_EQ(a[0], static_cast<float>(rank + 1));  // still queued: the outer group is open
+    ASSERT_EQ(collAllReduce(b.data(), b.data(), b.size(), collFloat32, collProd, comm, nullptr), collSuccess);
+    ASSERT_EQ(collGroupEnd(), collSuccess);
+    for (float v : a) EXPECT_EQ(v, 3.0f);
+    for (float v : b) EXPECT_EQ(v, 4.0f);
+  });
+  EXPECT_EQ(collGroupEnd(), collInvalidUsage);
+}
+
+}  // namespace

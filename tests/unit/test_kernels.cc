@@ -1,0 +1,662 @@
+// Tests for src/kernels: every type x op against an independent reference (exact integers,
+// same-order float arithmetic, _Float16 / hand-rolled bfloat16 rounding), each SIMD level against
+// the portable one, conversions, rounding once, divide, NaN/inf, aliasing, and a latency print.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/dispatch.h"
+#include "kernels/reduce.h"
+
+namespace coll::kernels {
+namespace {
+
+using detail::SimdLevel;
+
+struct TypeInfo {
+  collDataType_t dtype;
+  size_t size;
+  const char* name;
+};
+
+const TypeInfo kTypes[] = {
+    {collInt8, 1, "int8"},       {collUint8, 1, "uint8"},     {collInt32, 4, "int32"},
+    {collUint32, 4, "uint32"},   {collInt64, 8, "int64"},     {collUint64, 8, "uint64"},
+    {collFloat16, 2, "float16"}, {collFloat32, 4, "float32"}, {collFloat64, 8, "float64"},
+    {collBfloat16, 2, "bfloat16"},
+};
+const collRedOp_t kOps[] = {collSum, collProd, collMax, collMin};
+const char* opName(collRedOp_t op) {
+  switch (op) {
+    case collSum: return "sum";
+    case collProd: return "prod";
+    case collMax: return "max";
+    case collMin: return "min";
+    default: return "?";
+  }
+}
+const size_t kCounts[] = {0, 1, 7, 31, 64, 1000, 4099};
+
+// ---- reference conversions (independent of the code under test) --------------------------------
+
+float refHalfToFloat(uint16_t h) {
+  _Float16 x;
+  std::memcpy(&x, &h, 2);
+  return static_cast<float>(x);
+}
+uint16_t refFloatToHalf(float f) {
+  _Float16 x = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &x, 2);
+  return h;
+}
+float refBf16ToFloat(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Nearest of the two bfloat16 neighbours, measured in double; ties to the even one.
+uint16_t refFloatToBf16(float f) {
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t lo = static_cast<uint16_t>(u >> 16);
+  if ((u & 0xffff) == 0) return lo;
+  const uint16_t hi = static_cast<uint16_t>(lo + 1);  // away from zero in magnitude
+  const double dlo = std::fabs(static_cast<double>(f) - refBf16ToFloat(lo));
+  const double fhi = std::isinf(refBf16ToFloat(hi)) ? std::copysign(std::ldexp(1.0, 128), f) : refBf16ToFloat(hi);
+  const double dhi = std::fabs(fhi - static_cast<double>(f));
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+// ---- reference reduction ------------------------------------------------------------------------
+
+template <class A>
+A refFloatOp(collRedOp_t op, A a, A b) {
+  switch (op) {
+    case collSum: return a + b;
+    case collProd: return a * b;
+    case collMax: return std::isnan(b) ? b : (std::isnan(a) ? a : (b > a ? b : a));
+    default: return std::isnan(b) ? b : (std::isnan(a) ? a : (b < a ? b : a));
+  }
+}
+
+template <class T>
+T refIntOp(collRedOp_t op, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  // Exact in 128 bits, then reduced modulo 2^bits.
+  const unsigned __int128 ua = static_cast<U>(a), ub = static_cast<U>(b);
+  switch (op) {
+    case collSum: return static_cast<T>(static_cast<U>(ua + ub));
+    case collProd: return static_cast<T>(static_cast<U>(ua * ub));
+    case collMax: return a > b ? a : b;
+    default: return a < b ? a : b;
+  }
+}
+
+template <class T>
+T loadAt(const std::vector<uint8_t>& buf, size_t i) {
+  T v;
+  std::memcpy(&v, buf.data() + i * sizeof(T), sizeof(T));
+  return v;
+}
+template <class T>
+void storeAt(std::vector<uint8_t>& buf, size_t i, T v) {
+  std::memcpy(buf.data() + i * sizeof(T), &v, sizeof(T));
+}
+
+template <class T>
+void refIntReduce(std::vector<uint8_t>& out, const std::vector<std::vector<uint8_t>>& in, size_t count,
+                  collRedOp_t op) {
+  for (size_t i = 0; i < count; ++i) {
+    T acc = loadAt<T>(in[0], i);
+    for (size_t k = 1; k < in.size(); ++k) acc = refIntOp<T>(op, acc, loadAt<T>(in[k], i));
+    storeAt<T>(out, i, acc);
+  }
+}
+
+template <class T>
+void refFloatReduce(std::vector<uint8_t>& out, const std::vector<std::vector<uint8_t>>& in, size_t count,
+                    collRedOp_t op) {
+  for (size_t i = 0; i < count; ++i) {
+    T acc = loadAt<T>(in[0], i);
+    for (size_t k = 1; k < in.size(); ++k) acc = refFloatOp<T>(op, acc, loadAt<T>(in[k], i));
+    storeAt<T>(out, i, acc);
+  }
+}
+
+void refHalfReduce(bool bf16, std::vector<uint8_t>& out, const std::vector<std::vector<uint8_t>>& in, size_t count,
+                   collRedOp_t op) {
+  auto toF = bf16 ? refBf16ToFloat : refHalfToFloat;
+  auto fromF = bf16 ? refFloatToBf16 : refFloatToHalf;
+  for (size_t i = 0; i < count; ++i) {
+    float acc = toF(loadAt<uint16_t>(in[0], i));
+    for (size_t k = 1; k < in.size(); ++k) acc = refFloatOp<float>(op, acc, toF(loadAt<uint16_t>(in[k], i)));
+    storeAt<uint16_t>(out, i, fromF(acc));
+  }
+}
+
+void refReduce(collDataType_t dtype, std::vector<uint8_t>& out, const std::vector<std::vector<uint8_t>>& in,
+               size_t count, collRedOp_t op) {
+  switch (dtype) {
+    case collInt8: return refIntReduce<int8_t>(out, in, count, op);
+    case collUint8: return refIntReduce<uint8_t>(out, in, count, op);
+    case collInt32: return refIntReduce<int32_t>(out, in, count, op);
+    case collUint32: return refIntReduce<uint32_t>(out, in, count, op);
+    case collInt64: return refIntReduce<int64_t>(out, in, count, op);
+    case collUint64: return refIntReduce<uint64_t>(out, in, count, op);
+    case collFloat16: return refHalfReduce(false, out, in, count, op);
+    case collBfloat16: return refHalfReduce(true, out, in, count, op);
+    case collFloat32: return refFloatReduce<float>(out, in, count, op);
+    case collFloat64: return refFloatReduce<double>(out, in, count, op);
+    default: FAIL() << "bad dtype";
+  }
+}
+
+bool isNanAt(collDataType_t dtype, const uint8_t* p) {
+  switch (dtype) {
+    case collFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7c00;
+    }
+    case collBfloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7f80;
+    }
+    case collFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return std::isnan(f);
+    }
+    case collFloat64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return std::isnan(d);
+    }
+    default: return false;
+  }
+}
+
+// Bitwise, except that any NaN matches any NaN when nanLoose (reference conversions may pick
+// another payload).
+::testing::AssertionResult sameElements(const TypeInfo& t, const uint8_t* got, const uint8_t* want, size_t count,
+                                        bool nanLoose) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* g = got + i * t.size;
+    const uint8_t* w = want + i * t.size;
+    if (std::memcmp(g, w, t.size) == 0) continue;
+    if (nanLoose && isNanAt(t.dtype, g) && isNanAt(t.dtype, w)) continue;
+    std::string gs, ws;
+    char buf[8];
+    for (size_t b = t.size; b-- > 0;) {
+      std::snprintf(buf, sizeof buf, "%02x", g[b]);
+      gs += buf;
+      std::snprintf(buf, sizeof buf, "%02x", w[b]);
+      ws += buf;
+    }
+    return ::testing::AssertionFailure() << t.name << " element " << i << " of " << count << ": got 0x" << gs
+                                         << " want 0x" << ws;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Random inputs. withSpecials mixes in NaN, +-inf and -0 for floating types.
+void fillRandom(const TypeInfo& t, std::vector<uint8_t>& buf, size_t count, std::mt19937_64& rng, bool withSpecials) {
+  buf.assign(count * t.size, 0);
+  std::uniform_int_distribution<int> small(-2000, 2000);
+  std::uniform_int_distribution<int> pick(0, 31);
+  for (size_t i = 0; i < count; ++i) {
+    const int special = withSpecials ? pick(rng) : 99;
+    switch (t.dtype) {
+      case collFloat32: {
+        float v = static_cast<float>(small(rng)) / 512.0f;
+        if (special == 0) v = std::numeric_limits<float>::quiet_NaN();
+        if (special == 1) v = std::numeric_limits<float>::infinity();
+        if (special == 2) v = -std::numeric_limits<float>::infinity();
+        if (special == 3) v = -0.0f;
+        storeAt<float>(buf, i, v);
+        break;
+      }
+      case collFloat64: {
+        double v = static_cast<double>(small(rng)) / 4096.0 + static_cast<double>(rng() % 1000) * 1e-9;
+        if (special == 0) v = std::numeric_limits<double>::quiet_NaN();
+        if (special == 1) v = std::numeric_limits<double>::infinity();
+        if (special == 2) v = -std::numeric_limits<double>::infinity();
+        if (special == 3) v = -0.0;
+        storeAt<double>(buf, i, v);
+        break;
+      }
+      case collFloat16: {
+        // Any finite half (subnormals and near-overflow values included).
+        uint16_t h = static_cast<uint16_t>(rng());
+        if ((h & 0x7c00) == 0x7c00) h &= 0xbfff;
+        if (special == 0) h = 0x7e00;
+        if (special == 1) h = 0x7c00;
+        if (special == 2) h = 0xfc00;
+        if (special == 3) h = 0x8000;
+        storeAt<uint16_t>(buf, i, h);
+        break;
+      }
+      case collBfloat16: {
+        uint16_t h = static_cast<uint16_t>(rng());
+        if ((h & 0x7f80) == 0x7f80) h &= 0xbfff;
+        if (special == 0) h = 0x7fc0;
+        if (special == 1) h = 0x7f80;
+        if (special == 2) h = 0xff80;
+        if (special == 3) h = 0x8000;
+        storeAt<uint16_t>(buf, i, h);
+        break;
+      }
+      default: {
+        const uint64_t r = rng();
+        std::memcpy(buf.data() + i * t.size, &r, t.size);
+      }
+    }
+  }
+}
+
+class LevelGuard {
+ public:
+  explicit LevelGuard(SimdLevel level) { ok_ = detail::setSimdLevelForTesting(level); }
+  ~LevelGuard() { detail::resetSimdLevelForTesting(); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
+std::vector<SimdLevel> supportedLevels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel l : {SimdLevel::Sse2, SimdLevel::Avx2, SimdLevel::Avx512}) {
+    if (detail::simdLevelSupported(l)) levels.push_back(l);
+  }
+  return levels;
+}
+
+// Runs reduceN (and reduce2 for n == 2) at the current level, with an element offset so pointers are
+// not vector-aligned, and compares with the reference.
+void checkAgainstReference(const TypeInfo& t, collRedOp_t op, size_t count, int n, size_t offset,
+                           std::mt19937_64& rng) {
+  std::vector<std::vector<uint8_t>> in(n);
+  for (auto& b : in) fillRandom(t, b, count, rng, false);
+  std::vector<uint8_t> want(count * t.size);
+  refReduce(t.dtype, want, in, count, op);
+
+  // Offset copies: element `offset` of each buffer is element 0 of the view.
+  std::vector<std::vector<uint8_t>> shifted(n);
+  std::vector<const void*> srcs(n);
+  for (int k = 0; k < n; ++k) {
+    shifted[k].assign((count + offset) * t.size, 0xAB);
+    if (count > 0) std::memcpy(shifted[k].data() + offset * t.size, in[k].data(), count * t.size);
+    srcs[k] = shifted[k].data() + offset * t.size;
+  }
+  // Guard bytes after dst catch overruns.
+  std::vector<uint8_t> dst((count + offset + 8) * t.size, 0xCD);
+  reduceN(dst.data() + offset * t.size, srcs.data(), n, count, t.dtype, op);
+  EXPECT_TRUE(sameElements(t, dst.data() + offset * t.size, want.data(), count, true))
+      << opName(op) << " n=" << n << " count=" << count << " level=" << simdLevel();
+  for (size_t b = (count + offset) * t.size; b < dst.size(); ++b) ASSERT_EQ(dst[b], 0xCD) << "overrun";
+  for (size_t b = 0; b < offset * t.size; ++b) ASSERT_EQ(dst[b], 0xCD) << "underrun";
+
+  // In place: dst aliases srcs[0].
+  std::vector<uint8_t> inplace = shifted[0];
+  srcs[0] = inplace.data() + offset * t.size;
+  reduceN(inplace.data() + offset * t.size, srcs.data(), n, count, t.dtype, op);
+  EXPECT_TRUE(sameElements(t, inplace.data() + offset * t.size, want.data(), count, true))
+      << "in-place " << opName(op) << " n=" << n << " count=" << count;
+
+  if (n == 2) {
+    std::vector<uint8_t> d2(count * t.size + 1);
+    reduce2(d2.data(), shifted[0].data() + offset * t.size, shifted[1].data() + offset * t.size, count, t.dtype, op);
+    EXPECT_TRUE(sameElements(t, d2.data(), want.data(), count, true)) << "reduce2 " << opName(op) << " " << count;
+    std::vector<uint8_t> a = shifted[0], b = shifted[1];
+    void* pa = a.data() + offset * t.size;
+    void* pb = b.data() + offset * t.size;
+    reduce2(pa, pa, pb, count, t.dtype, op);  // dst aliases a
+    EXPECT_TRUE(sameElements(t, static_cast<uint8_t*>(pa), want.data(), count, true)) << "reduce2 dst==a";
+    a = shifted[0];
+    reduce2(pb, pa, pb, count, t.dtype, op);  // dst aliases b
+    EXPECT_TRUE(sameElements(t, static_cast<uint8_t*>(pb), want.data(), count, true)) << "reduce2 dst==b";
+  }
+}
+
+TEST(Kernels, EveryTypeOpCountAndSourceCountMatchesReference) {
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    ASSERT_TRUE(guard.ok());
+    std::mt19937_64 rng(1234 + static_cast<int>(level));
+    for (const TypeInfo& t : kTypes) {
+      for (collRedOp_t op : kOps) {
+        for (size_t count : kCounts) {
+          for (int n = 1; n <= 8; ++n) {
+            // Large counts only for a few source counts, to keep the test fast.
+            if (count > 1000 && n != 2 && n != 3 && n != 8) continue;
+            checkAgainstReference(t, op, count, n, (count + static_cast<size_t>(n)) % 3, rng);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every SIMD level must produce the same bits as the portable one, specials included.
+TEST(Kernels, SimdLevelsMatchPortableBitForBit) {
+  const auto levels = supportedLevels();
+  std::printf("supported SIMD levels:");
+  for (SimdLevel l : levels) std::printf(" %d", static_cast<int>(l));
+  std::printf(" (default: %s)\n", simdLevel());
+  std::mt19937_64 rng(99);
+  for (const TypeInfo& t : kTypes) {
+    for (collRedOp_t op : kOps) {
+      for (size_t count : {size_t{5}, size_t{67}, size_t{1029}}) {
+        for (int n : {2, 3, 7}) {
+          std::vector<std::vector<uint8_t>> in(n);
+          std::vector<const void*> srcs(n);
+          for (int k = 0; k < n; ++k) {
+            fillRandom(t, in[k], count, rng, true);
+            srcs[k] = in[k].data();
+          }
+          std::vector<uint8_t> base(count * t.size);
+          {
+            LevelGuard g(SimdLevel::Sse2);
+            reduceN(base.data(), srcs.data(), n, count, t.dtype, op);
+          }
+          for (SimdLevel l : levels) {
+            LevelGuard g(l);
+            std::vector<uint8_t> got(count * t.size);
+            reduceN(got.data(), srcs.data(), n, count, t.dtype, op);
+            EXPECT_TRUE(sameElements(t, got.data(), base.data(), count, false))
+                << opName(op) << " n=" << n << " level " << simdLevel();
+            if (n == 2) {
+              reduce2(got.data(), srcs[0], srcs[1], count, t.dtype, op);
+              EXPECT_TRUE(sameElements(t, got.data(), base.data(), count, false)) << "reduce2 " << opName(op);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, HalfConversionsMatchReference) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float got = halfToFloat(static_cast<uint16_t>(h));
+    const float want = refHalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+      // Round trip keeps NaN-ness and sign; quiet NaNs keep their payload.
+      const uint16_t back = floatToHalf(got);
+      ASSERT_EQ(back & 0x8000, h & 0x8000);
+      ASSERT_GT(back & 0x7fff, 0x7c00);
+      if (h & 0x200) {
+        ASSERT_EQ(back, h);
+      }
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << std::hex << h;
+    ASSERT_EQ(floatToHalf(got), h) << std::hex << h;  // every half round-trips exactly
+  }
+  // A sweep of float bit patterns (every exponent, many mantissas, both signs).
+  for (uint64_t u = 0; u < 0x100000000ull; u += 997) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    const uint16_t got = floatToHalf(f);
+    const uint16_t want = refFloatToHalf(f);
+    if (std::isnan(f)) {
+      ASSERT_GT(got & 0x7fff, 0x7c00) << std::hex << bits;
+      continue;
+    }
+    ASSERT_EQ(got, want) << std::hex << bits;
+  }
+  // Ties: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 and goes to the even (1.0).
+  EXPECT_EQ(floatToHalf(1.0f + 0x1p-11f), 0x3c00);
+  EXPECT_EQ(floatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);
+  EXPECT_EQ(floatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);
+  EXPECT_EQ(floatToHalf(0x1p-25f), 0x0000);
+  EXPECT_EQ(floatToHalf(0x1.000002p-25f), 0x0001);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) uint16_t hwFloatToHalf(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, 0));
+}
+__attribute__((target("f16c"))) float hwHalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+// The scalar conversions must agree with F16C bit for bit, NaN payloads included, because the
+// SIMD paths convert with F16C and the scalar tails with our code.
+TEST(Kernels, HalfConversionsMatchF16cIncludingNaNs) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C";
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float a = halfToFloat(static_cast<uint16_t>(h)), b = hwHalfToFloat(static_cast<uint16_t>(h));
+    ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << std::hex << h;
+  }
+  for (uint64_t u = 0; u < 0x100000000ull; u += 1009) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    ASSERT_EQ(floatToHalf(f), hwFloatToHalf(f)) << std::hex << bits;
+  }
+}
+#endif
+
+TEST(Kernels, Bfloat16ConversionsMatchReference) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bfloat16ToFloat(static_cast<uint16_t>(b));
+    const float want = refBf16ToFloat(static_cast<uint16_t>(b));
+    ASSERT_EQ(std::memcmp(&f, &want, 4), 0);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(floatToBfloat16(f), b);
+    }
+  }
+  for (uint64_t u = 0; u < 0x100000000ull; u += 991) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    const uint16_t got = floatToBfloat16(f);
+    if (std::isnan(f)) {
+      ASSERT_GT(got & 0x7fff, 0x7f80) << "NaN must stay NaN " << std::hex << bits;
+      ASSERT_EQ(got & 0x8000, (bits >> 16) & 0x8000);
+      continue;
+    }
+    ASSERT_EQ(got, refFloatToBf16(f)) << std::hex << bits;
+  }
+  EXPECT_EQ(floatToBfloat16(1.0f + 0x1p-8f), 0x3f80);      // tie to even
+  EXPECT_EQ(floatToBfloat16(1.0f + 3 * 0x1p-8f), 0x3f82);  // tie to even (up)
+  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
+  uint32_t snan = 0x7f800001u;  // NaN whose payload sits below the kept bits
+  float fs;
+  std::memcpy(&fs, &snan, 4);
+  EXPECT_GT(floatToBfloat16(fs) & 0x7fff, 0x7f80);
+}
+
+// reduceN accumulates every source in float32 and rounds once: per-step rounding would lose the
+// two half-ulp contributions.
+TEST(Kernels, HalfAndBfloat16RoundOnce) {
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    for (size_t count : {size_t{1}, size_t{40}}) {  // scalar tail and vector body
+      std::vector<uint16_t> one(count, 0x3c00), tiny(count, floatToHalf(0x1p-11f)), out(count);
+      const void* srcs[3] = {one.data(), tiny.data(), tiny.data()};
+      reduceN(out.data(), srcs, 3, count, collFloat16, collSum);
+      for (uint16_t v : out) EXPECT_EQ(v, 0x3c01) << simdLevel();  // 1 + 2^-10
+
+      std::vector<uint16_t> bone(count, 0x3f80), btiny(count, floatToBfloat16(0x1p-8f));
+      const void* bsrcs[3] = {bone.data(), btiny.data(), btiny.data()};
+      reduceN(out.data(), bsrcs, 3, count, collBfloat16, collSum);
+      for (uint16_t v : out) EXPECT_EQ(v, 0x3f81) << simdLevel();  // 1 + 2^-7
+
+      // Intermediate overflow of the half range is fine as long as the final value fits.
+      std::vector<uint16_t> big(count, floatToHalf(60000.0f)), negbig(count, floatToHalf(-60000.0f));
+      const void* osrcs[3] = {big.data(), big.data(), negbig.data()};
+      reduceN(out.data(), osrcs, 3, count, collFloat16, collSum);
+      for (uint16_t v : out) EXPECT_EQ(halfToFloat(v), 60000.0f) << simdLevel();
+    }
+  }
+}
+
+// NaN propagates through max/min (unlike C fmax); inf arithmetic follows IEEE.
+TEST(Kernels, NanAndInfHandling) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    for (size_t count : {size_t{1}, size_t{64}}) {
+      std::vector<float> a(count), b(count), out(count);
+      auto run = [&](float x, float y, collRedOp_t op) {
+        std::fill(a.begin(), a.end(), x);
+        std::fill(b.begin(), b.end(), y);
+        reduce2(out.data(), a.data(), b.data(), count, collFloat32, op);
+        return out[count - 1];
+      };
+      EXPECT_TRUE(std::isnan(run(nan, 1.0f, collMax)));
+      EXPECT_TRUE(std::isnan(run(1.0f, nan, collMax)));
+      EXPECT_TRUE(std::isnan(run(nan, 1.0f, collMin)));
+      EXPECT_TRUE(std::isnan(run(1.0f, nan, collMin)));
+      EXPECT_TRUE(std::isnan(run(inf, -inf, collSum)));
+      EXPECT_TRUE(std::isnan(run(nan, 2.0f, collSum)));
+      EXPECT_EQ(run(inf, 1.0f, collSum), inf);
+      EXPECT_EQ(run(-inf, 1.0f, collMax), 1.0f);
+      EXPECT_EQ(run(-inf, 1.0f, collMin), -inf);
+      EXPECT_EQ(run(inf, 0.5f, collProd), inf);
+      // Equal operands (+0 / -0): the earlier one wins.
+      EXPECT_TRUE(std::signbit(run(-0.0f, 0.0f, collMax)));
+      EXPECT_FALSE(std::signbit(run(0.0f, -0.0f, collMin)));
+
+      std::vector<uint16_t> ha(count, 0x7e00), hb(count, 0x3c00), hout(count);
+      reduce2(hout.data(), hb.data(), ha.data(), count, collFloat16, collMax);
+      EXPECT_GT(hout[0] & 0x7fff, 0x7c00) << simdLevel();
+      std::vector<uint16_t> ba(count, 0x7fc0), bb(count, 0x3f80);
+      reduce2(hout.data(), bb.data(), ba.data(), count, collBfloat16, collMin);
+      EXPECT_GT(hout[0] & 0x7fff, 0x7f80) << simdLevel();
+    }
+  }
+}
+
+template <class T>
+void checkIntDivide(uint64_t divisor, std::mt19937_64& rng) {
+  const size_t count = 77;
+  std::vector<T> src(count), dst(count);
+  for (auto& v : src) v = static_cast<T>(rng());
+  src[0] = std::numeric_limits<T>::min();
+  src[1] = std::numeric_limits<T>::max();
+  src[2] = static_cast<T>(std::is_signed_v<T> ? -7 : 7);
+  divide(dst.data(), src.data(), count, [] {
+    if constexpr (std::is_same_v<T, int8_t>) return collInt8;
+    else if constexpr (std::is_same_v<T, uint8_t>) return collUint8;
+    else if constexpr (std::is_same_v<T, int32_t>) return collInt32;
+    else if constexpr (std::is_same_v<T, uint32_t>) return collUint32;
+    else if constexpr (std::is_same_v<T, int64_t>) return collInt64;
+    else return collUint64;
+  }(), divisor);
+  for (size_t i = 0; i < count; ++i) {
+    const __int128 want = static_cast<__int128>(src[i]) / static_cast<__int128>(divisor);  // truncates
+    ASSERT_EQ(static_cast<__int128>(dst[i]), want) << i << " divisor " << divisor;
+  }
+  if (std::is_signed_v<T> && divisor == 2) {
+    EXPECT_EQ(dst[2], static_cast<T>(-3));  // toward zero
+  }
+}
+
+TEST(Kernels, DivideEveryType) {
+  std::mt19937_64 rng(7);
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    for (uint64_t d : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000}, uint64_t{1} << 63}) {
+      checkIntDivide<int8_t>(d, rng);
+      checkIntDivide<uint8_t>(d, rng);
+      checkIntDivide<int32_t>(d, rng);
+      checkIntDivide<uint32_t>(d, rng);
+      checkIntDivide<int64_t>(d, rng);
+      checkIntDivide<uint64_t>(d, rng);
+    }
+    for (size_t count : {size_t{3}, size_t{100}}) {
+      std::vector<float> f(count), fo(count);
+      std::vector<double> dd(count), dout(count);
+      std::vector<uint16_t> h(count), ho(count), b(count), bo(count);
+      for (size_t i = 0; i < count; ++i) {
+        f[i] = static_cast<float>(i) * 1.37f - 20.0f;
+        dd[i] = static_cast<double>(i) * 1.37 - 20.0;
+        h[i] = floatToHalf(f[i]);
+        b[i] = floatToBfloat16(f[i]);
+      }
+      divide(fo.data(), f.data(), count, collFloat32, 3);
+      divide(dout.data(), dd.data(), count, collFloat64, 3);
+      divide(ho.data(), h.data(), count, collFloat16, 3);
+      divide(bo.data(), b.data(), count, collBfloat16, 3);
+      for (size_t i = 0; i < count; ++i) {
+        EXPECT_EQ(fo[i], f[i] / 3.0f);
+        EXPECT_EQ(dout[i], dd[i] / 3.0);
+        EXPECT_EQ(ho[i], refFloatToHalf(refHalfToFloat(h[i]) / 3.0f)) << i;
+        EXPECT_EQ(bo[i], refFloatToBf16(refBf16ToFloat(b[i]) / 3.0f)) << i;
+      }
+      divide(fo.data(), fo.data(), count, collFloat32, 1);  // in place, divisor 1: identity
+      for (size_t i = 0; i < count; ++i) EXPECT_EQ(fo[i], f[i] / 3.0f);
+    }
+  }
+}
+
+// Sums of float32 agree with a float64 reference within the left-to-right rounding bound.
+TEST(Kernels, Float32SumCloseToFloat64Reference) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  const size_t count = 1000;
+  const int n = 8;
+  std::vector<std::vector<float>> in(n, std::vector<float>(count));
+  std::vector<const void*> srcs(n);
+  for (int k = 0; k < n; ++k) {
+    for (auto& v : in[k]) v = static_cast<float>(dist(rng));
+    srcs[k] = in[k].data();
+  }
+  std::vector<float> out(count);
+  reduceN(out.data(), srcs.data(), n, count, collFloat32, collSum);
+  for (size_t i = 0; i < count; ++i) {
+    double exact = 0, mag = 0;
+    for (int k = 0; k < n; ++k) {
+      exact += in[k][i];
+      mag += std::fabs(in[k][i]);
+    }
+    EXPECT_NEAR(out[i], exact, n * mag * 0x1p-24);
+  }
+}
+
+// Latency of the 8-byte all-reduce's kernel call: a 2-element float32 reduce2.
+TEST(Kernels, SmallReduceLatency) {
+  float a[2] = {1.0f, 2.0f}, b[2] = {3.0f, 4.0f}, d[2];
+  const int iters = 2000000;
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    reduce2(d, a, b, 2, collFloat32, collSum);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      reduce2(d, a, b, 2, collFloat32, collSum);
+      asm volatile("" : : "r"(d) : "memory");
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
+    std::printf("reduce2 float32 count=2 at %s: %.2f ns/call\n", simdLevel(), ns);
+    EXPECT_EQ(d[0], 4.0f);
+    EXPECT_EQ(d[1], 6.0f);
+  }
+}
+
+}  // namespace
+}  // namespace coll::kernels

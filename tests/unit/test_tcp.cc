@@ -1,0 +1,304 @@
+// TCP transport: striped streams over loopback sockets in both directions at once, EOF and reset
+// detection, poll sets, options from the environment, and setup through a real Bootstrap.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transports/tcp/tcp_transport.h"
+
+namespace coll {
+namespace {
+
+// `n` connected loopback TCP socket pairs: a[i] <-> b[i].
+void loopbackPairs(int n, std::vector<int>* a, std::vector<int>* b) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(lfd, 64), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  for (int i = 0; i < n; ++i) {
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    int s = accept(lfd, nullptr, nullptr);
+    ASSERT_GE(s, 0);
+    a->push_back(c);
+    b->push_back(s);
+  }
+  close(lfd);
+}
+
+TcpOptions smallOptions(int streams, uint64_t staging, uint64_t stripe) {
+  TcpOptions o;
+  o.streams = streams;
+  o.socketBufferBytes = 0;
+  o.stagingBytes = staging;
+  o.stripeBytes = stripe;
+  return o;
+}
+
+void makePair(const TcpOptions& o, std::unique_ptr<TcpConnection>* ca, std::unique_ptr<TcpConnection>* cb) {
+  std::vector<int> a, b;
+  loopbackPairs(o.streams, &a, &b);
+  Status s1 = TcpConnection::fromSockets(1, a, o, "127.0.0.1:b", ca);
+  Status s2 = TcpConnection::fromSockets(0, b, o, "127.0.0.1:a", cb);
+  ASSERT_TRUE(s1.ok()) << s1.message();
+  ASSERT_TRUE(s2.ok()) << s2.message();
+}
+
+uint8_t patternByte(uint64_t pos, uint64_t seed) { return static_cast<uint8_t>((pos * 0x9E3779B1u + seed) >> 7); }
+
+bool pump(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed, size_t maxSlice,
+          std::string* error) {
+  std::mt19937 rng(rngSeed);
+  uint64_t sent = 0, received = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (sent < total || received < total || !c->sendsFlushed()) {
+    if (sent < total) {
+      auto space = c->sendSpace();
+      if (!space.empty()) {
+        size_t n = std::min<uint64_t>({space.size(), total - sent, 1 + rng() % maxSlice});
+        for (size_t i = 0; i < n; ++i) space[i] = std::byte{patternByte(sent + i, sendSeed)};
+        c->sendCommit(n);
+        sent += n;
+      }
+    }
+    bool progressed = false;
+    Status st = c->progress(&progressed);
+    if (!st.ok()) {
+      *error = st.message();
+      return false;
+    }
+    auto data = c->recvData();
+    if (!data.empty()) {
+      size_t n = std::min<size_t>(data.size(), 1 + rng() % maxSlice);
+      for (size_t i = 0; i < n; ++i) {
+        if (data[i] != std::byte{patternByte(received + i, recvSeed)}) {
+          *error = "wrong byte at stream position " + std::to_string(received + i);
+          return false;
+        }
+      }
+      c->recvConsume(n);
+      received += n;
+    }
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
+      *error = "stalled at sent " + std::to_string(sent) + " received " + std::to_string(received);
+      return false;
+    }
+  }
+  return c->sentBytes() == total && c->receivedBytes() == total;
+}
+
+class TcpStreams : public ::testing::TestWithParam<int> {};
+
+// 64 MiB each way at once, random commit and consume sizes, default-like staging.
+TEST_P(TcpStreams, Bidirectional64MiB) {
+  const int streams = GetParam();
+  TcpOptions o = smallOptions(streams, 4 << 20, 512 << 10);
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(o, &a, &b);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->streams(), streams);
+  const uint64_t total = 64ull << 20;
+  std::string ea, eb;
+  bool oka = false, okb = false;
+  std::thread ta([&] { oka = pump(a.get(), total, 1, 2, 10, 300000, &ea); });
+  std::thread tb([&] { okb = pump(b.get(), total, 2, 1, 20, 300000, &eb); });
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(oka) << ea;
+  EXPECT_TRUE(okb) << eb;
+}
+
+// Small staging and stripes: many wraps of both rings, stripes smaller than commits.
+TEST_P(TcpStreams, SmallRingsManyWraps) {
+  const int streams = GetParam();
+  TcpOptions o = smallOptions(streams, 16 << 10, 1 << 10);
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(o, &a, &b);
+  ASSERT_TRUE(a && b);
+  const uint64_t total = 8ull << 20;
+  std::string ea, eb;
+  bool oka = false, okb = false;
+  std::thread ta([&] { oka = pump(a.get(), total, 3, 4, 30, 5000, &ea); });
+  std::thread tb([&] { okb = pump(b.get(), total, 4, 3, 40, 5000, &eb); });
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(oka) << ea;
+  EXPECT_TRUE(okb) << eb;
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, TcpStreams, ::testing::Values(1, 2, 4));
+
+TEST(Tcp, SmallMessageGoesOutInOneProgress) {
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(smallOptions(2, 1 << 20, 256 << 10), &a, &b);
+  ASSERT_TRUE(a && b);
+  auto s = a->sendSpace();
+  ASSERT_GE(s.size(), 8u);
+  memcpy(s.data(), "12345678", 8);
+  a->sendCommit(8);
+  EXPECT_FALSE(a->sendsFlushed());
+  std::vector<pollfd> fds;
+  a->appendPollFds(&fds);
+  ASSERT_EQ(fds.size(), 2u);
+  EXPECT_TRUE(fds[0].events & POLLOUT);
+  EXPECT_FALSE(fds[1].events & POLLOUT);
+  bool progressed = false;
+  ASSERT_TRUE(a->progress(&progressed).ok());
+  EXPECT_TRUE(progressed);
+  EXPECT_TRUE(a->sendsFlushed());
+  fds.clear();
+  a->appendPollFds(&fds);
+  EXPECT_FALSE(fds[0].events & POLLOUT);
+  auto deadline = Deadline::afterMs(5000);
+  while (b->recvData().size() < 8 && !deadline.expired()) ASSERT_TRUE(b->progress(&progressed).ok());
+  ASSERT_EQ(b->recvData().size(), 8u);
+  EXPECT_EQ(memcmp(b->recvData().data(), "12345678", 8), 0);
+}
+
+TEST(Tcp, ThroughputLoopback64MiB) {
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(smallOptions(2, 4 << 20, 512 << 10), &a, &b);
+  ASSERT_TRUE(a && b);
+  const uint64_t total = 64ull << 20;
+  auto start = std::chrono::steady_clock::now();
+  std::thread tx([&] {
+    uint64_t sent = 0;
+    bool p;
+    while (sent < total || !a->sendsFlushed()) {
+      auto s = a->sendSpace();
+      size_t n = std::min<uint64_t>(s.size(), total - sent);
+      if (n > 0) {
+        memset(s.data(), 0x33, n);
+        a->sendCommit(n);
+        sent += n;
+      }
+      if (!a->progress(&p).ok()) return;
+    }
+  });
+  uint64_t received = 0;
+  bool p;
+  while (received < total) {
+    ASSERT_TRUE(b->progress(&p).ok());
+    auto d = b->recvData();
+    b->recvConsume(d.size());
+    received += d.size();
+  }
+  tx.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  printf("[ tcp ] 64 MiB one-way loopback stream, 2 sockets: %.3f s, %.2f GB/s\n", s, total / s / 1e9);
+}
+
+TEST(Tcp, PeerCloseIsRemoteError) {
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(smallOptions(2, 1 << 20, 256 << 10), &a, &b);
+  ASSERT_TRUE(a && b);
+  b.reset();
+  bool progressed;
+  Status st;
+  auto deadline = Deadline::afterMs(5000);
+  while (st.ok() && !deadline.expired()) st = a->progress(&progressed);
+  EXPECT_EQ(st.code(), collRemoteError);
+  EXPECT_NE(st.message().find("rank 1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("closed the connection"), std::string::npos) << st.message();
+}
+
+TEST(Tcp, SendToClosedPeerIsRemoteError) {
+  std::unique_ptr<TcpConnection> a, b;
+  makePair(smallOptions(1, 1 << 20, 256 << 10), &a, &b);
+  ASSERT_TRUE(a && b);
+  b.reset();
+  Status st;
+  bool progressed;
+  auto deadline = Deadline::afterMs(5000);
+  while (st.ok() && !deadline.expired()) {
+    auto s = a->sendSpace();
+    if (!s.empty()) a->sendCommit(s.size());
+    st = a->progress(&progressed);
+  }
+  EXPECT_EQ(st.code(), collRemoteError) << st.message();
+  EXPECT_NE(st.message().find("rank 1"), std::string::npos) << st.message();
+}
+
+TEST(Tcp, RejectsBadOptions) {
+  std::vector<int> a, b;
+  loopbackPairs(1, &a, &b);
+  std::unique_ptr<TcpConnection> c;
+  EXPECT_EQ(TcpConnection::fromSockets(1, a, smallOptions(1, 1 << 20, 1000), "x", &c).code(), collInvalidArgument);
+  EXPECT_EQ(TcpConnection::fromSockets(1, {}, smallOptions(1, 1 << 20, 1024), "x", &c).code(), collInvalidArgument);
+  for (int fd : b) close(fd);
+}
+
+// The real setup path: two ranks rendezvous through a Bootstrap and call connectTcp; the lower
+// rank's stream count and stripe win.
+TEST(Tcp, ConnectThroughBootstrap) {
+  SocketAddress bind;
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
+  Secret secret{};
+  secret[0] = 7;
+  collUniqueId id;
+  Status st = startBootstrapRoot(bind, &secret, &id);
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::unique_ptr<Bootstrap> bs[2];
+  std::unique_ptr<Connection> conn[2];
+  Status results[2];
+  std::string errors[2];
+  bool ok[2] = {false, false};
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      Deadline deadline = Deadline::afterMs(20000);
+      results[r] = Bootstrap::create(id, r, 2, 0x1234, deadline, &bs[r]);
+      if (!results[r].ok()) return;
+      TcpOptions o = smallOptions(r == 0 ? 3 : 1, 256 << 10, 16 << 10);
+      results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
+      if (!results[r].ok()) return;
+      ok[r] = pump(conn[r].get(), 4 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+    auto* tcp = dynamic_cast<TcpConnection*>(conn[r].get());
+    ASSERT_NE(tcp, nullptr);
+    EXPECT_EQ(tcp->streams(), 3);
+    EXPECT_EQ(tcp->stripeBytes(), 16u << 10);
+    EXPECT_EQ(tcp->peer(), 1 - r);
+  }
+}
+
+TEST(Tcp, OptionsFromConfig) {
+  setenv("COLL_NSOCKS_PERPEER", "4", 1);
+  setenv("COLL_TCP_STAGING_BYTES", "1M", 1);
+  TcpOptions o = tcpOptionsFromConfig();
+  EXPECT_EQ(o.streams, 4);
+  EXPECT_EQ(o.stagingBytes, 1u << 20);
+  EXPECT_EQ(o.stripeBytes, 128u << 10);  // two stripes per stream in the ring
+  setenv("COLL_NSOCKS_PERPEER", "1000", 1);
+  unsetenv("COLL_TCP_STAGING_BYTES");
+  o = tcpOptionsFromConfig();
+  EXPECT_EQ(o.streams, kTcpMaxStreams);
+  EXPECT_EQ(o.stagingBytes, 4u << 20);
+  unsetenv("COLL_NSOCKS_PERPEER");
+  o = tcpOptionsFromConfig();
+  EXPECT_EQ(o.streams, 2);
+  EXPECT_EQ(o.stripeBytes, 512u << 10);
+}
+
+}  // namespace
+}  // namespace coll

@@ -1,0 +1,92 @@
+// TCP connection setup through the bootstrap: the lower rank connects the streams and announces
+// the stream count and stripe; the higher rank accepts and adopts them.
+#include <cstring>
+
+#include "core/log.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace coll {
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x636f5443u;  // "coTC"
+constexpr uint32_t kHelloVersion = 1;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t streams;
+  uint32_t stripeLog2;
+};
+
+uint32_t log2Of(uint64_t v) {
+  uint32_t l = 0;
+  while ((uint64_t{1} << (l + 1)) <= v) ++l;
+  return l;
+}
+
+}  // namespace
+
+Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Deadline deadline,
+                  std::unique_ptr<Connection>* out) {
+  const int me = bootstrap.rank();
+  if (peer == me || peer < 0 || peer >= bootstrap.nranks()) {
+    return makeError(collInternalError, "rank %d: no TCP connection to rank %d", me, peer);
+  }
+  const std::string peerName = bootstrap.peer(peer).address.toString();
+  auto context = [&](const char* what) {
+    return std::string("TCP connection to rank ") + std::to_string(peer) + " (" + peerName + "): " + what;
+  };
+  TcpOptions agreed = options;
+  std::vector<Socket> sockets;
+  if (me < peer) {
+    if (agreed.streams < 1 || agreed.streams > kTcpMaxStreams) {
+      return makeError(collInvalidArgument, "COLL_NSOCKS_PERPEER=%d is out of range 1..%d", agreed.streams,
+                       kTcpMaxStreams);
+    }
+    Socket first;
+    COLL_TRY(bootstrap.connectData(peer, kTcpTagBase, &first, deadline).withContext(context("connect")));
+    Hello hello{kHelloMagic, kHelloVersion, static_cast<uint32_t>(agreed.streams), log2Of(agreed.stripeBytes)};
+    agreed.stripeBytes = uint64_t{1} << hello.stripeLog2;
+    COLL_TRY(first.sendAll(&hello, sizeof(hello), deadline).withContext(context("handshake")));
+    sockets.push_back(std::move(first));
+    for (int i = 1; i < agreed.streams; ++i) {
+      Socket s;
+      COLL_TRY(bootstrap.connectData(peer, kTcpTagBase + i, &s, deadline).withContext(context("connect")));
+      sockets.push_back(std::move(s));
+    }
+  } else {
+    Socket first;
+    COLL_TRY(bootstrap.acceptData(peer, kTcpTagBase, &first, deadline).withContext(context("accept")));
+    Hello hello{};
+    COLL_TRY(first.recvAll(&hello, sizeof(hello), deadline).withContext(context("handshake")));
+    // Untrusted until checked: the count bounds the loop below and the stripe sizes our rings.
+    if (hello.magic != kHelloMagic || hello.version != kHelloVersion || hello.streams < 1 ||
+        hello.streams > static_cast<uint32_t>(kTcpMaxStreams) || hello.stripeLog2 < 6 || hello.stripeLog2 > 26) {
+      return makeError(collRemoteError,
+                       "rank %d (%s) sent a malformed TCP handshake (magic %08x, version %u, %u streams, "
+                       "stripe 2^%u); are both ranks running the same library version?",
+                       peer, peerName.c_str(), hello.magic, hello.version, hello.streams, hello.stripeLog2);
+    }
+    if (static_cast<int>(hello.streams) != agreed.streams) {
+      COLL_INFO(me, "TCP to rank %d: using its %u streams (COLL_NSOCKS_PERPEER=%d here)", peer, hello.streams,
+                agreed.streams);
+    }
+    agreed.streams = static_cast<int>(hello.streams);
+    agreed.stripeBytes = uint64_t{1} << hello.stripeLog2;
+    sockets.push_back(std::move(first));
+    for (int i = 1; i < agreed.streams; ++i) {
+      Socket s;
+      COLL_TRY(bootstrap.acceptData(peer, kTcpTagBase + i, &s, deadline).withContext(context("accept")));
+      sockets.push_back(std::move(s));
+    }
+  }
+  std::vector<int> fds;
+  for (Socket& s : sockets) fds.push_back(s.release());
+  std::unique_ptr<TcpConnection> conn;
+  COLL_TRY(TcpConnection::fromSockets(peer, std::move(fds), agreed, peerName, &conn));
+  *out = std::move(conn);
+  return okStatus();
+}
+
+}  // namespace coll

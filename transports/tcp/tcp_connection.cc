@@ -1,0 +1,223 @@
+// TCP connection over already-connected sockets: staging rings, striping of the byte stream over
+// the sockets, and non-blocking progress. Setup through the bootstrap is in tcp_connect.cc.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace coll {
+
+namespace {
+
+constexpr uint64_t kMaxStripe = 512ull << 10;
+constexpr uint64_t kMinStripe = 64;
+constexpr uint64_t kMaxStaging = 1ull << 32;
+
+uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+uint64_t floorPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+bool isPow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+TcpOptions tcpOptionsFromConfig() {
+  TcpOptions o;
+  o.streams = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_NSOCKS_PERPEER"), 1, kTcpMaxStreams));
+  o.socketBufferBytes = static_cast<int>(std::min<uint64_t>(knobBytes("COLL_SOCKET_BUFFSIZE"), INT_MAX / 2));
+  o.stagingBytes = std::clamp<uint64_t>(roundUp(knobBytes("COLL_TCP_STAGING_BYTES"), 64), 4096, kMaxStaging);
+  // At least two stripes per stream in the ring, so a socket has the next stripe to fill while
+  // the consumer drains the previous one.
+  uint64_t perStream = o.stagingBytes / (2 * static_cast<uint64_t>(o.streams));
+  o.stripeBytes = std::clamp<uint64_t>(floorPow2(std::max<uint64_t>(perStream, 1)), kMinStripe, kMaxStripe);
+  return o;
+}
+
+Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptions& options,
+                                  std::string peerName, std::unique_ptr<TcpConnection>* out) {
+  std::unique_ptr<TcpConnection> c(new TcpConnection());
+  c->peer_ = peer;
+  c->peerName_ = std::move(peerName);
+  for (int fd : fds) c->streams_.push_back(Stream{fd, 0, 0});  // the destructor closes them
+  if (fds.empty() || fds.size() > static_cast<size_t>(kTcpMaxStreams)) {
+    return makeError(collInvalidArgument, "TCP connection to rank %d: %zu sockets (expected 1..%d)", peer,
+                     fds.size(), kTcpMaxStreams);
+  }
+  if (!isPow2(options.stripeBytes) || options.stripeBytes < kMinStripe || options.stripeBytes > (64ull << 20)) {
+    return makeError(collInvalidArgument, "TCP connection to rank %d: stripe of %llu bytes (expected a power "
+                     "of two between 64 bytes and 64 MiB)", peer,
+                     static_cast<unsigned long long>(options.stripeBytes));
+  }
+  c->stripe_ = options.stripeBytes;
+  c->ring_ = roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_);
+  c->skip_ = (fds.size() - 1) * c->stripe_;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    Stream& s = c->streams_[i];
+    if (s.fd < 0) {
+      return makeError(collInvalidArgument, "TCP connection to rank %d: socket %zu is not open", peer, i);
+    }
+    s.sendPos = s.recvPos = i * c->stripe_;
+    int one = 1;
+    // A unix socketpair (tests) has no TCP options; only a real TCP socket must accept them.
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    bool isTcp = getsockname(s.fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+                 (addr.ss_family == AF_INET || addr.ss_family == AF_INET6);
+    if (isTcp && setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+      int err = errno;
+      return makeError(collSystemError, "TCP_NODELAY on the socket to rank %d (%s): %s", peer,
+                       c->peerName_.c_str(), errnoText(err).c_str());
+    }
+    if (options.socketBufferBytes > 0) {
+      int b = options.socketBufferBytes;
+      // Best effort: the kernel clamps to net.core.{w,r}mem_max and that is not an error.
+      (void)setsockopt(s.fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+      (void)setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+    }
+  }
+  c->sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_, 4096)));
+  c->recvRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_, 4096)));
+  if (c->sendRing_ == nullptr || c->recvRing_ == nullptr) {
+    return makeError(collSystemError, "cannot allocate 2 x %llu bytes of TCP staging for rank %d; lower "
+                     "COLL_TCP_STAGING_BYTES", static_cast<unsigned long long>(c->ring_), peer);
+  }
+  // Non-blocking from here on (MSG_DONTWAIT covers our calls; the flag also covers anyone who
+  // polls the fds and then reads).
+  for (const Stream& s : c->streams_) {
+    int flags = fcntl(s.fd, F_GETFL, 0);
+    if (flags < 0 || fcntl(s.fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      int err = errno;
+      return makeError(collSystemError, "cannot make the socket to rank %d (%s) non-blocking: %s", peer,
+                       c->peerName_.c_str(), errnoText(err).c_str());
+    }
+  }
+  COLL_TRACE(-1, "TCP connection to rank %d (%s): %zu streams, stripe %llu, ring %llu", peer,
+             c->peerName_.c_str(), fds.size(), static_cast<unsigned long long>(c->stripe_),
+             static_cast<unsigned long long>(c->ring_));
+  *out = std::move(c);
+  return okStatus();
+}
+
+TcpConnection::~TcpConnection() {
+  for (Stream& s : streams_) {
+    if (s.fd >= 0) ::close(s.fd);
+  }
+  free(sendRing_);
+  free(recvRing_);
+}
+
+std::span<std::byte> TcpConnection::sendSpace() {
+  const uint64_t used = committed_ - sendFreed_;
+  const uint64_t offset = committed_ % ring_;
+  uint64_t n = std::min(ring_ - used, ring_ - offset);
+  if (committed_ % 8 == 0) n &= ~uint64_t{7};
+  return {sendRing_ + offset, n};
+}
+
+void TcpConnection::sendCommit(size_t bytes) { committed_ += bytes; }
+
+std::span<const std::byte> TcpConnection::recvData() {
+  const uint64_t offset = consumed_ % ring_;
+  return {recvRing_ + offset, std::min(received_ - consumed_, ring_ - offset)};
+}
+
+void TcpConnection::recvConsume(size_t bytes) { consumed_ += bytes; }
+
+bool TcpConnection::sendPending(const Stream& s) const {
+  return s.sendPos < std::min((s.sendPos / stripe_ + 1) * stripe_, committed_);
+}
+
+Status TcpConnection::socketError(int err, const char* what) const {
+  if (err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT || err == EHOSTUNREACH) {
+    return makeError(collRemoteError, "rank %d (%s) reset the connection (%s during %s); check that rank's "
+                     "log and the network between the two hosts",
+                     peer_, peerName_.c_str(), errnoText(err).c_str(), what);
+  }
+  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_,
+                   peerName_.c_str(), errnoText(err).c_str());
+}
+
+Status TcpConnection::sendOn(Stream& s, bool* progressed) {
+  for (;;) {
+    const uint64_t stripeEnd = (s.sendPos / stripe_ + 1) * stripe_;
+    const uint64_t end = std::min(stripeEnd, committed_);
+    if (s.sendPos >= end) return okStatus();
+    const uint64_t len = end - s.sendPos;
+    ssize_t n = ::send(s.fd, sendRing_ + s.sendPos % ring_, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
+      if (errno == EINTR) continue;
+      return socketError(errno, "send");
+    }
+    *progressed = true;
+    s.sendPos += static_cast<uint64_t>(n);
+    if (s.sendPos == stripeEnd) s.sendPos += skip_;
+    // A short write means the socket buffer is full: the next call would only see EAGAIN.
+    if (static_cast<uint64_t>(n) < len) return okStatus();
+  }
+}
+
+Status TcpConnection::recvOn(Stream& s, bool* progressed) {
+  for (;;) {
+    const uint64_t stripeEnd = (s.recvPos / stripe_ + 1) * stripe_;
+    const uint64_t end = std::min(stripeEnd, consumed_ + ring_);
+    if (s.recvPos >= end) return okStatus();
+    const uint64_t len = end - s.recvPos;
+    ssize_t n = ::recv(s.fd, recvRing_ + s.recvPos % ring_, len, MSG_DONTWAIT);
+    if (n == 0) {
+      return makeError(collRemoteError, "rank %d (%s) closed the connection; check that rank's log for "
+                       "why it exited", peer_, peerName_.c_str());
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
+      if (errno == EINTR) continue;
+      return socketError(errno, "recv");
+    }
+    *progressed = true;
+    s.recvPos += static_cast<uint64_t>(n);
+    if (s.recvPos == stripeEnd) s.recvPos += skip_;
+    if (static_cast<uint64_t>(n) < len) return okStatus();
+  }
+}
+
+Status TcpConnection::progress(bool* progressed) {
+  bool any = false;
+  uint64_t minSend = UINT64_MAX;
+  uint64_t minRecv = UINT64_MAX;
+  for (Stream& s : streams_) {
+    COLL_TRY(sendOn(s, &any));
+    COLL_TRY(recvOn(s, &any));
+    minSend = std::min(minSend, s.sendPos);
+    minRecv = std::min(minRecv, s.recvPos);
+  }
+  // A byte before every socket's next position was sent (received) by its socket: the socket
+  // positions only move forward through their own stripes.
+  sendFreed_ = std::min(minSend, committed_);
+  received_ = minRecv;
+  if (progressed != nullptr) *progressed = any;
+  return okStatus();
+}
+
+void TcpConnection::appendPollFds(std::vector<pollfd>* fds) const {
+  for (const Stream& s : streams_) {
+    short events = POLLIN;
+    if (sendPending(s)) events |= POLLOUT;
+    fds->push_back(pollfd{s.fd, events, 0});
+  }
+}
+
+}  // namespace coll

@@ -1,0 +1,95 @@
+// TCP transport: a connection to one peer over one or more sockets, the byte stream cut into
+// fixed stripes sent round-robin over them, with send and receive staging rings.
+#pragma once
+
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/deadline.h"
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace coll {
+
+// Bootstrap data-socket tags: stream i of a pair uses kTcpTagBase + i (0x5443 = "TC").
+constexpr uint32_t kTcpTagBase = 0x54430000u;
+constexpr int kTcpMaxStreams = 64;
+
+struct TcpOptions {
+  int streams = 2;
+  int socketBufferBytes = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 = kernel default
+  uint64_t stagingBytes = 4ull << 20;  // each of the send and receive rings
+  uint64_t stripeBytes = 512ull << 10;  // power of two; the active side's value is used by both
+};
+
+// COLL_NSOCKS_PERPEER, COLL_SOCKET_BUFFSIZE, COLL_TCP_STAGING_BYTES; the stripe is 512 KiB, or
+// less so that every stream has at least two stripes of the ring to work on.
+TcpOptions tcpOptionsFromConfig();
+
+// Both ranks of a pair call this when they first need each other: the lower rank connects
+// `streams` sockets (bootstrap.connectData(peer, kTcpTagBase + i)) and tells the higher one the
+// stream count and stripe over the first; the higher rank accepts them.
+Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Deadline deadline,
+                  std::unique_ptr<Connection>* out);
+
+class TcpConnection final : public Connection {
+ public:
+  // From already-connected sockets (ownership of the fds passes here, also on failure). Both
+  // ends must pass the same number of sockets, in the same order, and the same stripeBytes.
+  // `peerName` appears in error messages, e.g. "10.0.0.2:41000".
+  static Status fromSockets(int peer, std::vector<int> fds, const TcpOptions& options,
+                            std::string peerName, std::unique_ptr<TcpConnection>* out);
+  ~TcpConnection() override;
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  int peer() const override { return peer_; }
+  std::span<std::byte> sendSpace() override;
+  void sendCommit(size_t bytes) override;
+  std::span<const std::byte> recvData() override;
+  void recvConsume(size_t bytes) override;
+  uint64_t sentBytes() const override { return committed_; }
+  uint64_t receivedBytes() const override { return consumed_; }
+  Status progress(bool* progressed) override;
+  Status checkHealth() override { return okStatus(); }
+  bool sendsFlushed() const override { return sendFreed_ >= committed_; }
+
+  // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
+  void appendPollFds(std::vector<pollfd>* fds) const;
+  int streams() const { return static_cast<int>(streams_.size()); }
+  uint64_t stripeBytes() const { return stripe_; }
+  uint64_t ringBytes() const { return ring_; }
+
+ private:
+  struct Stream {
+    int fd = -1;
+    uint64_t sendPos = 0;  // stream position of the next byte this socket sends
+    uint64_t recvPos = 0;  // stream position of the next byte this socket receives
+  };
+  TcpConnection() = default;
+  Status sendOn(Stream& s, bool* progressed);
+  Status recvOn(Stream& s, bool* progressed);
+  Status socketError(int err, const char* what) const;
+  bool sendPending(const Stream& s) const;
+
+  int peer_ = -1;
+  std::string peerName_;
+  std::vector<Stream> streams_;
+  uint64_t stripe_ = 0;
+  uint64_t ring_ = 0;
+  uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
+  std::byte* sendRing_ = nullptr;
+  std::byte* recvRing_ = nullptr;
+  uint64_t committed_ = 0;
+  uint64_t sendFreed_ = 0;  // every byte before this has been handed to the kernel
+  uint64_t consumed_ = 0;
+  uint64_t received_ = 0;  // every byte before this has arrived
+};
+
+}  // namespace coll
