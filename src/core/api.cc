@@ -1,8 +1,6 @@
 // The C API: validates arguments, turns calls into CollArgs for the communicator, and never
 // touches a socket. Handles are indices into a registry with a generation count, so a call on a
 // destroyed communicator is a clean error that never dereferences freed memory.
-#include <openssl/rand.h>
-
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "collective/collective.h"
+#include "core/auth.h"
 #include "core/bootstrap.h"
 #include "core/coll_args.h"
 #include "core/comm.h"
@@ -191,14 +190,11 @@ collResult_t collGetVersion(int* version) {
 
 collResult_t collGetUniqueId(collUniqueId* uniqueId) {
   if (uniqueId == nullptr) return report(makeError(collInvalidArgument, "uniqueId is NULL"));
-  NetInterface iface;
-  Status s = selectInterface(&iface);
-  if (!s.ok()) return report(s);
   Secret secret;
-  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
-    return report(makeError(collSystemError, "could not draw a random secret (OpenSSL RAND_bytes failed)"));
-  }
-  return report(startBootstrapRoot(iface.address, &secret, uniqueId));
+  Status s = randomSecret(&secret);
+  if (!s.ok()) return report(s);
+  // An empty bind address: the interface selected by COLL_SOCKET_IFNAME / the default rule.
+  return report(startBootstrapRoot(SocketAddress{}, &secret, uniqueId));
 }
 
 collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId, int rank) {

@@ -396,7 +396,11 @@ class BootstrapImpl final : public Bootstrap {
   }
 
   void listenLoop();
-  void handleConnection(Socket s, const SocketAddress& from);
+  void handleConnection(Socket& s, const SocketAddress& from);
+  void clearHandshakeFd() {
+    std::lock_guard<std::mutex> lock(handshakeMu_);
+    handshakeFd_ = -1;
+  }
   size_t tableBytes() const { return static_cast<size_t>(nranks_) * kEntryWire; }
 
   const int rank_, nranks_;
@@ -437,15 +441,13 @@ void BootstrapImpl::listenLoop() {
       if (stopping_.load()) break;
       handshakeFd_ = s.fd();
     }
-    int fd = s.fd();
-    handleConnection(std::move(s), from);
-    std::lock_guard<std::mutex> lock(handshakeMu_);
-    if (handshakeFd_ == fd) handshakeFd_ = -1;
+    handleConnection(s, from);
+    clearHandshakeFd();  // before `s` closes, so stopListener never touches a reused fd number
   }
   listener_.close();
 }
 
-void BootstrapImpl::handleConnection(Socket s, const SocketAddress& fromAddress) {
+void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress) {
   const std::string from = fromAddress.toString();
   (void)s.setNoDelay(true);
   Deadline hs = Deadline::afterMs(kHandshakeMs);
@@ -478,6 +480,7 @@ void BootstrapImpl::handleConnection(Socket s, const SocketAddress& fromAddress)
   put32(ok, 0);
   if (type == kHelloData) {
     if (!s.sendAll(ok, sizeof(ok), hs).ok()) return;
+    clearHandshakeFd();  // the socket now belongs to acceptData's caller: stop must not shut it
     {
       std::lock_guard<std::mutex> lock(mu_);
       data_[{fromRank, tag}].push_back(std::move(s));

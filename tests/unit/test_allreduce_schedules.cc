@@ -58,7 +58,7 @@ double inputValue(collDataType_t t, collRedOp_t op, int p, int r, uint64_t i) {
   switch (op) {
     case collSum:
     case collAvg: {
-      double v = static_cast<double>((r * 3 + i * 7) % (narrow ? 2 : 3));
+      double v = static_cast<double>((r * 5 + i * 7) % (narrow ? 2 : 3));
       if (!isUnsigned(t) && !narrow) v -= 1;
       return v;
     }
@@ -346,7 +346,7 @@ TEST(AllReduceSchedulesExtended, Ring1000Ranks) {
   runner.run(Algo::Ring, 5003, collFloat32, collSum, false);
   runner.run(Algo::Ring, 999, collInt32, collAvg, true);
   runner.run(Algo::Ring, 1, collFloat64, collMax, false);
-  runner.run(Algo::Ring, 100003, collBfloat16, collSum, true);
+  runner.run(Algo::Ring, 100003, collFloat16, collSum, true);  // partial sums stay exact below 2048
 }
 
 }  // namespace
