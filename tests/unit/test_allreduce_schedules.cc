@@ -323,6 +323,33 @@ TEST(AllReduceSchedules, RingShape) {
   EXPECT_FALSE(s.usesWindows);
 }
 
+TEST(AllReduceSchedules, PlansDoNotDependOnPointers) {
+  // The communicator caches plans by shape and reuses them with new buffers, in place or not.
+  int a = 0, b = 0;
+  for (int32_t p : {1, 2, 3}) {
+    for (int algo = 0; algo < 3; ++algo) {
+      Schedule s[2];
+      for (int k = 0; k < 2; ++k) {
+        CollArgs args;
+        args.count = 11;
+        args.op = collAvg;
+        args.sendbuff = &a;
+        args.recvbuff = k == 0 ? &a : &b;
+        Topology topo = Topology::uniform(p - 1, p, p);
+        if (algo == 0) buildRingAllReduce(topo, args, &s[k]);
+        else buildDirectAllReduce(topo, args, DirectOptions{1 << 16, algo == 1 ? UINT64_MAX : 0}, &s[k]);
+      }
+      ASSERT_EQ(s[0].steps.size(), s[1].steps.size()) << "p=" << p << " algo=" << algo;
+      for (size_t i = 0; i < s[0].steps.size(); ++i) {
+        EXPECT_EQ(s[0].steps[i].kind, s[1].steps[i].kind);
+        EXPECT_EQ(s[0].steps[i].count, s[1].steps[i].count);
+        EXPECT_EQ(s[0].steps[i].src.offset, s[1].steps[i].src.offset);
+        EXPECT_EQ(s[0].steps[i].dst.offset, s[1].steps[i].dst.offset);
+      }
+    }
+  }
+}
+
 TEST(AllReduceSchedules, DirectMaxBytesFits) {
   for (int32_t l : {2, 3, 8, 16}) {
     for (uint64_t half : {4096ull, 100000ull, 1ull << 20}) {
