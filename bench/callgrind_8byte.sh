@@ -17,6 +17,14 @@ out=$(results_dir callgrind_8byte)
 # total_ir FILE: the instruction count callgrind collected.
 total_ir() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
 
+run_failed() {  # LOG: a measurement run failed; say why and stop (inside $(...): exit ends the script)
+  echo "callgrind_8byte: a run failed; its output is in $1" >&2
+  if grep -q "Unrecognised instruction" "$1"; then
+    echo "valgrind cannot execute an instruction the program uses (AVX-512 kernels on an older valgrind?)" >&2
+  fi
+  exit 1
+}
+
 measure_ours() {  # iterations -> Ir
   local n=$1 cg=$out/ours-$1.cg
   "$COLLRUN" -np 2 --timeout 900 bash -c '
@@ -24,7 +32,8 @@ measure_ours() {  # iterations -> Ir
     if [ "$COLL_RANK" = 0 ]; then
       exec valgrind --tool=callgrind --toggle-collect=collAllReduce --callgrind-out-file="$cg" "$@"
     fi
-    exec "$@"' rank "$cg" "$PERF" -b 8 -e 8 -d float -o sum -n "$n" -w 10 -c 0 >"$out/ours-$n.txt" 2>&1
+    exec "$@"' rank "$cg" "$PERF" -b 8 -e 8 -d float -o sum -n "$n" -w 10 -c 0 >"$out/ours-$n.txt" 2>&1 ||
+    run_failed "$out/ours-$n.txt"
   total_ir "$cg"
 }
 measure_mpi() {
@@ -34,7 +43,8 @@ measure_mpi() {
     if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
       exec valgrind --tool=callgrind --toggle-collect=PMPI_Allreduce --callgrind-out-file="$cg" "$@"
     fi
-    exec "$@"' rank "$cg" "$PERF_MPI" -b 8 -e 8 -d float -o sum -n "$n" -w 10 -c 0 >"$out/mpi-$n.txt" 2>&1
+    exec "$@"' rank "$cg" "$PERF_MPI" -b 8 -e 8 -d float -o sum -n "$n" -w 10 -c 0 >"$out/mpi-$n.txt" 2>&1 ||
+    run_failed "$out/mpi-$n.txt"
   total_ir "$cg"
 }
 

@@ -65,6 +65,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     COLL_TRY(ShmHost::create(*bootstrap_, topo_, shmOptions, deadline, &shm_).withContext("shared memory setup"));
   }
   connections_.resize(nranks);
+  waitPolicy_ = waitPolicyFor(topo_.localSize());
 
   plannerInputs_.topo = &topo_;
   plannerInputs_.haveWindows = shm_ != nullptr;
@@ -74,6 +75,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   plannerInputs_.interHost = LinkCost{25.0e-6, 1.0 / 1.2e9};
   plannerInputs_.forcedAlgo = knobString("COLL_ALGO");
   plannerInputs_.directMaxBytes = knobBytes("COLL_DIRECT_MAX_BYTES");
+  finalizePlannerInputs(&plannerInputs_);
   COLL_TRY(checkForcedAlgo(plannerInputs_));
   return okStatus();
 }
@@ -132,12 +134,12 @@ void Comm::notifyPeers() {
   if (shm_) shm_->notifyLocalPeers();
 }
 
-const Schedule& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
+Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
   PlanKey key{args.count, args.dtype, args.op, choice.algo};
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
     if (it->key == key) {
       if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
-      return plans_.front().schedule;
+      return plans_.front();
     }
   }
   if (plans_.size() >= kMaxPlans) {
@@ -157,14 +159,14 @@ const Schedule& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
   } else {
     buildRingAllReduce(topo_, args, &entry.schedule);
   }
-  return entry.schedule;
+  return entry;
 }
 
-Status Comm::runSchedule(const Schedule& schedule, const void* send, void* recv) {
+Status Comm::runPlan(PlanEntry& plan, const void* send, void* recv) {
   ++seq_;
   ExecBuffers buffers{send, recv};
-  COLL_TRY(execution_.start(schedule, buffers, *this, seq_));
-  return runToCompletion(execution_, *this, callDeadline());
+  COLL_TRY(plan.execution.start(plan.schedule, buffers, *this, seq_));
+  return runToCompletion(plan.execution, *this, callDeadline(), waitPolicy_);
 }
 
 Status Comm::allReduce(const CollArgs& args) {
@@ -180,7 +182,7 @@ Status Comm::allReduce(const CollArgs& args) {
   Status status;
   const size_t es = dataTypeSize(args.dtype);
   if (choice.roundElems == 0 || args.count <= choice.roundElems) {
-    status = runSchedule(planFor(args, choice), args.sendbuff, args.recvbuff);
+    status = runPlan(planFor(args, choice), args.sendbuff, args.recvbuff);
   } else {
     // The algorithm's per-call memory is bounded (the direct window): run the call as rounds.
     for (uint64_t done = 0; done < args.count && status.ok(); done += choice.roundElems) {
@@ -188,7 +190,7 @@ Status Comm::allReduce(const CollArgs& args) {
       round.count = std::min<uint64_t>(choice.roundElems, args.count - done);
       round.sendbuff = static_cast<const char*>(args.sendbuff) + done * es;
       round.recvbuff = static_cast<char*>(args.recvbuff) + done * es;
-      status = runSchedule(planFor(round, choice), round.sendbuff, round.recvbuff);
+      status = runPlan(planFor(round, choice), round.sendbuff, round.recvbuff);
     }
   }
   if (!status.ok()) {

@@ -63,9 +63,10 @@ class Comm final : public Links {
   Comm() = default;
   Status init(const collUniqueId& id, int nranks, int rank, const CommConfig& config);
   Deadline callDeadline() const { return Deadline::afterMs(timeoutMs_); }
-  Status runSchedule(const Schedule& schedule, const void* send, void* recv);
+  struct PlanEntry;
+  Status runPlan(PlanEntry& plan, const void* send, void* recv);
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
-  const Schedule& planFor(const CollArgs& args, const PlanChoice& choice);
+  PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
 
   enum class TransportKind { Auto, Shm, Tcp };
@@ -80,7 +81,7 @@ class Comm final : public Links {
   int64_t timeoutMs_ = 0;
   std::string name_;
   uint64_t seq_ = 0;  // calls so far; the executor's call number is seq_ after increment
-  Execution execution_;
+  WaitPolicy waitPolicy_;
 
   struct PlanKey {
     uint64_t count;
@@ -89,9 +90,11 @@ class Comm final : public Links {
     AlgoId algo;
     bool operator==(const PlanKey&) const = default;
   };
+  // A cached plan keeps its own prepared Execution: a repeated call only rebinds pointers.
   struct PlanEntry {
     PlanKey key;
     Schedule schedule;
+    Execution execution;
   };
   std::list<PlanEntry> plans_;  // most recently used first, at most kMaxPlans
   static constexpr size_t kMaxPlans = 16;

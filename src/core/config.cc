@@ -37,7 +37,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_TCP_STAGING_BYTES", KnobType::Bytes, "4M", "Send and receive staging ring per TCP connection.", false},
     {"COLL_SHM_FIFO_BYTES", KnobType::Bytes, "2M", "Shared-memory FIFO per ordered pair of ranks on a host.", false},
     {"COLL_SHM_WINDOW_BYTES", KnobType::Bytes, "8M", "Shared window per rank for the direct algorithm (two halves, alternated per call).", false},
-    {"COLL_SPIN_COUNT", KnobType::Int, "2000", "Polls before a waiting rank starts to yield the CPU.", false},
+    {"COLL_SPIN_COUNT", KnobType::Int, "", "Polls before a waiting rank yields the CPU (default 2000, or 20 with more local ranks than cores).", false},
     {"COLL_YIELD_COUNT", KnobType::Int, "200", "Yields before a waiting rank sleeps on a futex.", false},
     // Planner and executor.
     {"COLL_ALGO", KnobType::String, "", "Force the All-Reduce algorithm: ring or direct.", false},

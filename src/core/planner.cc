@@ -40,17 +40,19 @@ double predictDirect(const PlannerInputs& in, uint64_t bytes) {
 
 namespace {
 
-uint64_t directLimitBytes(const PlannerInputs& in) {
-  uint64_t limit = directMaxBytes(in.windowHalfBytes, in.topo->localSize());
-  if (in.directMaxBytes > 0) limit = std::min(limit, in.directMaxBytes);
-  return limit;
-}
+uint64_t directLimitBytes(const PlannerInputs& in) { return in.directLimit; }
 
 bool directPossible(const PlannerInputs& in) {
   return in.haveWindows && in.topo->singleHost() && in.topo->nranks > 1;
 }
 
 }  // namespace
+
+void finalizePlannerInputs(PlannerInputs* in) {
+  uint64_t limit = in->haveWindows ? directMaxBytes(in->windowHalfBytes, in->topo->localSize()) : 0;
+  if (in->directMaxBytes > 0) limit = std::min(limit, in->directMaxBytes);
+  in->directLimit = limit;
+}
 
 Status checkForcedAlgo(const PlannerInputs& in) {
   const std::string& f = in.forcedAlgo;

@@ -28,7 +28,11 @@ struct PlannerInputs {
   LinkCost interHost;            // network
   std::string forcedAlgo;        // COLL_ALGO ("" = choose)
   uint64_t directMaxBytes = 0;   // COLL_DIRECT_MAX_BYTES (0 = window bound)
+  uint64_t directLimit = 0;      // derived by finalizePlannerInputs: largest direct call in bytes
 };
+
+// Derives what the planner would otherwise recompute on every call.
+void finalizePlannerInputs(PlannerInputs* in);
 
 struct PlanChoice {
   AlgoId algo = AlgoId::Ring;

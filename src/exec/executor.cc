@@ -69,10 +69,22 @@ std::byte* Execution::resolve(const BufRef& ref) const {
 }
 
 Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Links& links, uint64_t seq) {
-  schedule_ = &schedule;
-  buffers_ = buffers;
-  links_ = &links;
   seq_ = seq;
+  if (prepared_ != &schedule || preparedVersion_ != schedule.version || preparedLinks_ != &links) {
+    prepared_ = nullptr;
+    COLL_TRY(prepare(schedule, links));
+    prepared_ = &schedule;
+    preparedVersion_ = schedule.version;
+    preparedLinks_ = &links;
+  }
+  bind(buffers, seq);
+  return okStatus();
+}
+
+Status Execution::prepare(const Schedule& schedule, Links& links) {
+  const uint64_t seq = seq_;
+  schedule_ = &schedule;
+  links_ = &links;
   rank_ = links.rank();
   windows_ = links.windows();
   es_ = dataTypeSize(schedule.dtype);
@@ -84,8 +96,6 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     return makeError(collInternalError, "rank %d: schedule '%s' carries op %d; builders must turn avg into sum + Divide",
                      rank_, schedule.algorithm, static_cast<int>(schedule.op));
   }
-  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : knobSliceBytes();
-  sliceElems_ = std::max<uint64_t>(1, slice / es_);
 
   const size_t nsteps = schedule.steps.size();
   const size_t npeers = schedule.peers.size();
@@ -123,9 +133,8 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
   dstPtr_.resize(nsteps);
   scratch_.resize(schedule.scratchBytes);
   localSteps_.clear();
-  localFirst_ = 0;
-  remaining_ = 0;
-  callPublished_ = false;
+  countedSteps_ = 0;
+  hasZeroCountPublish_ = false;
 
   sendBegin_.assign(npeers + 1, 0);
   recvBegin_.assign(npeers + 1, 0);
@@ -160,10 +169,9 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
       return makeError(collInternalError, "rank %d: step %zu of schedule '%s' uses a window but the rank has none",
                        rank_, i, schedule.algorithm);
     }
-    srcPtr_[i] = (s.kind == StepKind::Recv || s.kind == StepKind::Reduce) ? nullptr : resolve(s.src);
-    dstPtr_[i] = s.kind == StepKind::Send ? nullptr : resolve(s.dst);
     maxSources = std::max<size_t>(maxSources, s.nsrcs);
-    if (s.count > 0) remaining_++;
+    if (s.count > 0) countedSteps_++;
+    if (s.count == 0 && s.publishSlot >= 0) hasZeroCountPublish_ = true;
   }
   for (size_t p = 0; p < npeers; ++p) {
     sendBegin_[p + 1] += sendBegin_[p];
@@ -180,8 +188,6 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     if (s.kind == StepKind::Send) sendQueue_[sendCursor_[p]++] = static_cast<int32_t>(i);
     else recvQueue_[recvCursor_[p]++] = static_cast<int32_t>(i);
   }
-  sendCursor_.assign(sendBegin_.begin(), sendBegin_.end() - 1);
-  recvCursor_.assign(recvBegin_.begin(), recvBegin_.end() - 1);
 
   reduceSrcs_.resize(schedule.srcs.size());
   for (size_t k = 0; k < schedule.srcs.size(); ++k) {
@@ -189,7 +195,6 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
       return makeError(collInternalError, "rank %d: a Reduce source of schedule '%s' is a window but the rank has none",
                        rank_, schedule.algorithm);
     }
-    reduceSrcs_[k] = resolve(schedule.srcs[k]);
   }
   reduceTmp_.resize(maxSources);
 
@@ -213,17 +218,38 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
   mySlots_.resize(windows_ != nullptr ? static_cast<size_t>(schedule.publishSlots) : 0);
   for (size_t k = 0; k < mySlots_.size(); ++k) mySlots_[k] = &windows_->progressSlot(rank_, static_cast<int>(k));
 
+  return okStatus();
+}
+
+void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
+  const Schedule& schedule = *schedule_;
+  buffers_ = buffers;
+  seq_ = seq;
+  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : knobSliceBytes();
+  sliceElems_ = std::max<uint64_t>(1, slice / es_);
+  const size_t nsteps = schedule.steps.size();
+  for (size_t i = 0; i < nsteps; ++i) {
+    const Step& s = schedule.steps[i];
+    srcPtr_[i] = (s.kind == StepKind::Recv || s.kind == StepKind::Reduce) ? nullptr : resolve(s.src);
+    dstPtr_[i] = s.kind == StepKind::Send ? nullptr : resolve(s.dst);
+  }
+  for (size_t k = 0; k < schedule.srcs.size(); ++k) reduceSrcs_[k] = resolve(schedule.srcs[k]);
+  std::fill(done_.begin(), done_.end(), 0);
+  std::fill(padded_.begin(), padded_.end(), 0);
+  std::copy(sendBegin_.begin(), sendBegin_.end() - 1, sendCursor_.begin());
+  std::copy(recvBegin_.begin(), recvBegin_.end() - 1, recvCursor_.begin());
+  localFirst_ = 0;
+  remaining_ = countedSteps_;
+  callPublished_ = false;
+  if (!hasZeroCountPublish_) return;
   // Zero-count steps are complete from the start; peers still need to see them published.
-  bool published = false;
   for (size_t i = 0; i < nsteps; ++i) {
     const Step& s = schedule.steps[i];
     if (s.count == 0 && s.publishSlot >= 0) {
       mySlots_[s.publishSlot]->store((seq_ << HostWindows::kSeqShift), std::memory_order_release);
-      published = true;
     }
   }
-  if (published) links.notifyPeers();
-  return okStatus();
+  links_->notifyPeers();
 }
 
 uint64_t Execution::available(int32_t index) const {
@@ -522,9 +548,19 @@ std::string Execution::describePending() const {
   return out;
 }
 
-Status runToCompletion(Execution& execution, Links& links, Deadline deadline) {
-  static const uint64_t spinCount = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
-  static const uint64_t yieldCount = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
+WaitPolicy waitPolicyFor(int localRanks) {
+  WaitPolicy policy;
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (localRanks > cpus) policy.spins = 20;
+  if (knobRaw("COLL_SPIN_COUNT")) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
+  if (knobRaw("COLL_YIELD_COUNT")) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
+  return policy;
+}
+
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy) {
+  const uint64_t spinCount = policy.spins;
+  const uint64_t yieldCount = policy.yields;
   uint64_t idle = 0;
   Clock::time_point lastHealth{};
   for (;;) {

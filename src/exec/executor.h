@@ -53,6 +53,10 @@ class Execution {
   void completeStep(int32_t step);
   void publish(int32_t step);
   std::byte* resolve(const BufRef& ref) const;
+  // Everything that depends on the schedule only (queues, dependency words, connections).
+  Status prepare(const Schedule& schedule, Links& links);
+  // Everything that depends on the call: pointers, progress, published zero-count steps.
+  void bind(const ExecBuffers& buffers, uint64_t seq);
 
   const Schedule* schedule_ = nullptr;
   ExecBuffers buffers_;
@@ -81,11 +85,29 @@ class Execution {
   size_t localFirst_ = 0;               // first possibly unfinished entry of localSteps_
   size_t remaining_ = 0;                // unfinished steps
   bool callPublished_ = false;
+  // What prepare() was done for: a call with the same schedule (same version) and links only binds.
+  const Schedule* prepared_ = nullptr;
+  uint64_t preparedVersion_ = 0;
+  Links* preparedLinks_ = nullptr;
+  size_t countedSteps_ = 0;             // steps with count > 0
+  bool hasZeroCountPublish_ = false;
 };
 
 // Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the
 // links' wait. Fails with collTimeout at the deadline (message lists the pending steps) and
 // with the transport's error when a peer fails.
-Status runToCompletion(Execution& execution, Links& links, Deadline deadline);
+// How long an idle rank polls before yielding the CPU, and yields before sleeping. With more
+// ranks than cores on a host, spinning steals the core a peer needs, so the communicator spins
+// little there (waitPolicyFor).
+struct WaitPolicy {
+  uint64_t spins = 2000;
+  uint64_t yields = 200;
+};
+// COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin long only when every local rank
+// can have its own core.
+WaitPolicy waitPolicyFor(int localRanks);
+
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline,
+                       const WaitPolicy& policy = WaitPolicy{});
 
 }  // namespace coll

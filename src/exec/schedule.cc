@@ -39,6 +39,7 @@ void Schedule::clear() {
   usesWindows = false;
   divisor = 1;
   algorithm = "";
+  version++;
 }
 
 int32_t Schedule::addStep(const Step& step) {

@@ -85,6 +85,7 @@ struct Schedule {
   collRedOp_t op = collSum;   // never collAvg: builders turn it into collSum + Divide steps
   uint64_t divisor = 1;       // for Divide steps
   const char* algorithm = ""; // name, for logs
+  uint64_t version = 0;       // bumped by clear(): an Execution prepared for an older version re-prepares
 
   void clear();
   // Append a step; returns its index. Dependencies are added right after with addDep().

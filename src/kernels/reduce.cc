@@ -25,16 +25,17 @@ bool simdLevelSupported(SimdLevel level) {
       return true;
     case SimdLevel::Avx2:
 #if defined(__x86_64__) || defined(__i386__)
-      return avx2Table() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      // CPU checks first: building a table runs code compiled for that ISA.
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+             avx2Table() != nullptr;
 #else
       return false;
 #endif
     case SimdLevel::Avx512:
 #if defined(__x86_64__) || defined(__i386__)
-      return avx512Table() != nullptr && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && avx512Table() != nullptr;
 #else
       return false;
 #endif
