@@ -7,6 +7,7 @@
 # REPEATS runs (spinning only ever adds instructions).
 # usage: bench/callgrind_8byte.sh          (env: BUILD, N=2000, REPEATS=3)
 set -euo pipefail
+shopt -s inherit_errexit  # a failed run inside $(...) stops the script
 source "$(dirname "$0")/compare_lib.sh"
 N=${N:-2000}
 REPEATS=${REPEATS:-3}

@@ -40,8 +40,9 @@ class Connection {
   // peer or the link failed; the message names the peer.
   virtual Status progress(bool* progressed) = 0;
 
-  // Called by an idle executor every few milliseconds: detects a dead peer where progress()
-  // cannot (a shared-memory peer whose process exited).
+  // Called by an idle executor every ~100 ms while it still needs this connection: fails when the
+  // peer is gone (a shared-memory peer whose process exited, a socket the peer closed or reset).
+  // progress() does not fail on a peer's orderly close, since the peer may simply be done.
   virtual Status checkHealth() = 0;
 
   // True when every committed byte has left this process (sockets) or is visible to the peer.
@@ -83,6 +84,9 @@ class Links {
   virtual void wait(uint64_t token, int maxMs) = 0;
   // Wakes local peers after this rank made progress they may wait for (shared memory).
   virtual void notifyPeers() = 0;
+  // Called by an idle executor every ~100 ms: fails when a rank this one may wait on through the
+  // host windows (not through a connection) has died.
+  virtual Status checkHealth() { return okStatus(); }
 };
 
 }  // namespace coll

@@ -130,6 +130,14 @@ void Comm::wait(uint64_t token, int maxMs) {
   (void)::poll(fds.data(), fds.size(), timeout);
 }
 
+Status Comm::checkHealth() {
+  if (!shm_) return okStatus();
+  for (int peer : topo_.localRanks) {
+    if (peer != rank()) COLL_TRY(shm_->checkPeerAlive(peer));
+  }
+  return okStatus();
+}
+
 void Comm::notifyPeers() {
   if (shm_) shm_->notifyLocalPeers();
 }

@@ -58,6 +58,7 @@ class Comm final : public Links {
   uint64_t prepareWait() override;
   void wait(uint64_t token, int maxMs) override;
   void notifyPeers() override;
+  Status checkHealth() override;
 
  private:
   Comm() = default;

@@ -417,6 +417,9 @@ Status Execution::poll(bool* done, bool* progressed) {
   *progressed = false;
   const size_t npeers = conns_.size();
   for (size_t p = 0; p < npeers; ++p) {
+    // Only connections this call still needs: a peer that finished and closed its end must not
+    // fail a call that has nothing more to exchange with it.
+    if (!peerActive(p)) continue;
     bool moved = false;
     Status st = conns_[p]->progress(&moved);
     if (!st.ok()) {
@@ -481,8 +484,13 @@ Status Execution::poll(bool* done, bool* progressed) {
   return okStatus();
 }
 
+bool Execution::peerActive(size_t p) const {
+  return sendCursor_[p] < sendBegin_[p + 1] || recvCursor_[p] < recvBegin_[p + 1] || !conns_[p]->sendsFlushed();
+}
+
 Status Execution::checkHealth() {
   for (size_t p = 0; p < conns_.size(); ++p) {
+    if (!peerActive(p)) continue;
     Status st = conns_[p]->checkHealth();
     if (!st.ok()) {
       return st.withContext("rank " + std::to_string(rank_) + ", call " + std::to_string(seq_) + ", peer " +
@@ -583,6 +591,7 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
       if (idle == spinCount + yieldCount + 1) lastHealth = now;
       if (now - lastHealth >= std::chrono::milliseconds(100)) {
         COLL_TRY(execution.checkHealth());
+        COLL_TRY(links.checkHealth());
         lastHealth = now;
       }
       checkClock = true;

@@ -51,6 +51,7 @@ class Execution {
   bool progressRecv(int32_t step);
   bool progressLocal(int32_t step);
   void completeStep(int32_t step);
+  bool peerActive(size_t peerIndex) const;
   void publish(int32_t step);
   std::byte* resolve(const BufRef& ref) const;
   // Everything that depends on the schedule only (queues, dependency words, connections).

@@ -177,14 +177,26 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
     const uint64_t end = std::min(stripeEnd, consumed_ + ring_);
     if (s.recvPos >= end) return okStatus();
     const uint64_t len = end - s.recvPos;
+    if (s.closed) return okStatus();
     ssize_t n = ::recv(s.fd, recvRing_ + s.recvPos % ring_, len, MSG_DONTWAIT);
+    // The peer's close is not an error by itself (it may have finished with us); checkHealth()
+    // reports it when this rank still waits for bytes from it.
     if (n == 0) {
-      return makeError(collRemoteError, "rank %d (%s) closed the connection; check that rank's log for "
-                       "why it exited", peer_, peerName_.c_str());
+      s.closed = true;
+      if (closedReason_.ok()) {
+        closedReason_ = makeError(collRemoteError, "rank %d (%s) closed the connection; check that rank's log for "
+                                  "why it exited", peer_, peerName_.c_str());
+      }
+      return okStatus();
     }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
+      if (errno == ECONNRESET) {
+        s.closed = true;
+        if (closedReason_.ok()) closedReason_ = socketError(errno, "recv");
+        return okStatus();
+      }
       return socketError(errno, "recv");
     }
     *progressed = true;
@@ -214,6 +226,7 @@ Status TcpConnection::progress(bool* progressed) {
 
 void TcpConnection::appendPollFds(std::vector<pollfd>* fds) const {
   for (const Stream& s : streams_) {
+    if (s.closed) continue;  // always readable: it would turn the wait into a spin
     short events = POLLIN;
     if (sendPending(s)) events |= POLLOUT;
     fds->push_back(pollfd{s.fd, events, 0});

@@ -57,7 +57,7 @@ class TcpConnection final : public Connection {
   uint64_t sentBytes() const override { return committed_; }
   uint64_t receivedBytes() const override { return consumed_; }
   Status progress(bool* progressed) override;
-  Status checkHealth() override { return okStatus(); }
+  Status checkHealth() override { return closedReason_; }
   bool sendsFlushed() const override { return sendFreed_ >= committed_; }
 
   // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
@@ -71,7 +71,9 @@ class TcpConnection final : public Connection {
     int fd = -1;
     uint64_t sendPos = 0;  // stream position of the next byte this socket sends
     uint64_t recvPos = 0;  // stream position of the next byte this socket receives
+    bool closed = false;   // the peer closed or reset this socket
   };
+  Status closedReason_;    // set when a socket closed; reported by checkHealth()
   TcpConnection() = default;
   Status sendOn(Stream& s, bool* progressed);
   Status recvOn(Stream& s, bool* progressed);
