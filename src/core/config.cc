@@ -34,7 +34,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_TRANSPORT", KnobType::String, "", "Force one transport for every peer: shm or tcp (testing).", false},
     {"COLL_NSOCKS_PERPEER", KnobType::Int, "2", "TCP streams per peer connection; large transfers are striped over them.", false},
     {"COLL_SOCKET_BUFFSIZE", KnobType::Bytes, "4M", "SO_SNDBUF / SO_RCVBUF of data sockets (0 = kernel default).", false},
-    {"COLL_TCP_STAGING_BYTES", KnobType::Bytes, "4M", "Send and receive staging ring per TCP connection.", false},
+    {"COLL_TCP_STAGING_BYTES", KnobType::Bytes, "1M", "Send and receive staging ring per TCP connection (small enough that received slices are reduced while still in cache).", false},
     {"COLL_SHM_FIFO_BYTES", KnobType::Bytes, "2M", "Shared-memory FIFO per ordered pair of ranks on a host.", false},
     {"COLL_SHM_WINDOW_BYTES", KnobType::Bytes, "8M", "Shared window per rank for the direct algorithm (two halves, alternated per call).", false},
     {"COLL_SPIN_COUNT", KnobType::Int, "", "Polls before a waiting rank yields the CPU (default 2000, or 20 with more local ranks than cores).", false},

@@ -306,11 +306,11 @@ TEST(Tcp, OptionsFromConfig) {
   unsetenv("COLL_TCP_STAGING_BYTES");
   o = tcpOptionsFromConfig();
   EXPECT_EQ(o.streams, kTcpMaxStreams);
-  EXPECT_EQ(o.stagingBytes, 4u << 20);
+  EXPECT_EQ(o.stagingBytes, 1u << 20);
   unsetenv("COLL_NSOCKS_PERPEER");
   o = tcpOptionsFromConfig();
   EXPECT_EQ(o.streams, 2);
-  EXPECT_EQ(o.stripeBytes, 512u << 10);
+  EXPECT_EQ(o.stripeBytes, 256u << 10);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ constexpr int kTcpMaxStreams = 64;
 struct TcpOptions {
   int streams = 2;
   int socketBufferBytes = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 = kernel default
-  uint64_t stagingBytes = 4ull << 20;  // each of the send and receive rings
+  uint64_t stagingBytes = 1ull << 20;  // each of the send and receive rings
   uint64_t stripeBytes = 512ull << 10;  // power of two; the active side's value is used by both
 };
 
