@@ -19,5 +19,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/collectiveConfigVersion.c
 install(FILES ${PROJECT_BINARY_DIR}/collectiveConfig.cmake ${PROJECT_BINARY_DIR}/collectiveConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/collective)
 
+# The .pc file finds the prefix relative to itself, so an installed tree can be moved.
+file(RELATIVE_PATH COLL_PC_PREFIX_FROM_PCDIR "${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
+string(REGEX REPLACE "/$" "" COLL_PC_PREFIX_FROM_PCDIR "${COLL_PC_PREFIX_FROM_PCDIR}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/collective.pc.in ${PROJECT_BINARY_DIR}/collective.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/collective.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

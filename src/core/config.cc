@@ -41,7 +41,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_YIELD_COUNT", KnobType::Int, "200", "Yields before a waiting rank sleeps on a futex.", false},
     // Planner and executor.
     {"COLL_ALGO", KnobType::String, "", "Force the All-Reduce algorithm: ring or direct.", false},
-    {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: half the window).", false},
+    {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: what fits in a window half).", false},
     {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank.", false},
     // Launcher variables read by collCommInitFromEnv.
     {"RANK", KnobType::Int, "", "torchrun: rank.", true},

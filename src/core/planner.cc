@@ -30,12 +30,20 @@ double predictRing(const PlannerInputs& in, uint64_t bytes) {
   return steps * (link.alpha + copies * (static_cast<double>(bytes) / p) * link.beta);
 }
 
+namespace {
+// Below this size every rank reduces the whole vector itself: p times the reads, one hop less.
+constexpr uint64_t kReduceAllBelowBytes = 16 * 1024;
+}  // namespace
+
 double predictDirect(const PlannerInputs& in, uint64_t bytes) {
   const Topology& t = *in.topo;
   int p = t.nranks;
   if (p <= 1) return 0;
-  // Every rank copies n in, reads n (its slice from p windows), copies n out.
-  return 2.0 * in.intraHost.alpha + 3.0 * static_cast<double>(bytes) * in.intraHost.beta;
+  const double n = static_cast<double>(bytes);
+  // Small: copy in, one hop, read all p windows. Sliced: copy in, reduce a slice reading p
+  // windows, a second hop, copy the whole result out.
+  if (bytes < kReduceAllBelowBytes) return in.intraHost.alpha + (1.0 + p) * n * in.intraHost.beta;
+  return 2.0 * in.intraHost.alpha + 3.0 * n * in.intraHost.beta;
 }
 
 namespace {
@@ -76,7 +84,7 @@ Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* 
   const uint64_t bytes = args.count * es;
   PlanChoice c;
   // Below this size the extra reads of "every rank reduces everything" cost less than a hop.
-  c.reduceAllBelowBytes = 16 * 1024;
+  c.reduceAllBelowBytes = kReduceAllBelowBytes;
   bool direct = false;
   if (in.forcedAlgo == "direct") {
     direct = true;

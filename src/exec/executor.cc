@@ -3,6 +3,7 @@
 #include "exec/executor.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -558,9 +559,10 @@ std::string Execution::describePending() const {
 
 WaitPolicy waitPolicyFor(int localRanks) {
   WaitPolicy policy;
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  if (localRanks > cpus) policy.spins = 20;
+  // The host's online CPUs, not this process's affinity: a rank pinned to one core still has a
+  // core of its own when its peers are pinned to others.
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 0 && localRanks > cpus) policy.spins = 20;
   if (knobRaw("COLL_SPIN_COUNT")) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
   if (knobRaw("COLL_YIELD_COUNT")) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
   return policy;

@@ -1,0 +1,18 @@
+#!/bin/bash
+# Installs the build into a temporary prefix, then builds and runs a C99 consumer twice: through
+# the CMake package (find_package(collective) -> collective::collective) and through pkg-config.
+# usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$src/tests/consumer" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/cmake-build" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/cmake-build/consumer"
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+libdir=$(pkg-config --variable=libdir collective)
+cc -std=c99 -Wall -Wextra -pedantic -Werror "$src/tests/consumer/consumer.c" -o "$tmp/consumer-pc" \
+  $(pkg-config --cflags --libs collective)
+LD_LIBRARY_PATH="$libdir" "$tmp/consumer-pc"
+echo "install test: CMake package and pkg-config consumers ok"
