@@ -65,17 +65,9 @@ void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const Dire
   const uint64_t resultOff = roundUp(inputBytes, kAlign);
 
   if (l <= 1) {
-    // Alone on the host: no windows exist and the result is the input. The copy stays in the
-    // plan in place too (the executor skips it): plans are reused with other pointers.
+    // Alone on the host: no windows exist and the result is the input.
     s.usesWindows = false;
-    if (count > 0) {
-      Step c;
-      c.kind = StepKind::Copy;
-      c.src = sendAt(0);
-      c.dst = recvAt(0);
-      c.count = count;
-      s.addStep(c);
-    }
+    s.addSelfCopy(count);
     return;
   }
 

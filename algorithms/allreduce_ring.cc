@@ -16,16 +16,8 @@ void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* ou
   const uint64_t count = args.count;
 
   if (p <= 1) {
-    // The average over one rank is the value itself. The copy is kept in place too (the executor
-    // skips it when source and destination coincide): plans are reused with other pointers.
-    if (count > 0) {
-      Step c;
-      c.kind = StepKind::Copy;
-      c.src = sendAt(0);
-      c.dst = recvAt(0);
-      c.count = count;
-      s.addStep(c);
-    }
+    // The average over one rank is the value itself.
+    s.addSelfCopy(count);
     s.finalizePeers();
     return;
   }

@@ -296,24 +296,28 @@ void Execution::publish(int32_t index) {
 
 void Execution::completeStep(int32_t) { remaining_--; }
 
+bool Execution::alignStream(int32_t index, Connection* c, bool sending, bool* moved) {
+  // The step's first element starts at a multiple of 8 in the stream: the sender pads, the
+  // receiver skips the same bytes (both know the stream position), so no element straddles
+  // the end of a ring.
+  size_t pad = (8 - (sending ? c->sentBytes() : c->receivedBytes()) % 8) % 8;
+  while (pad > 0) {
+    size_t k = std::min(pad, sending ? c->sendSpace().size() : c->recvData().size());
+    if (k == 0) return false;
+    if (sending) c->sendCommit(k);
+    else c->recvConsume(k);
+    pad -= k;
+    *moved = true;
+  }
+  padded_[index] = 1;
+  return true;
+}
+
 bool Execution::progressSend(int32_t index) {
   const Step& s = schedule_->steps[index];
   Connection* c = conns_[stepPeer_[index]];
   bool moved = false;
-  if (!padded_[index]) {
-    // Pad so the step's first element starts at a multiple of 8 in the stream: the receiver
-    // skips the same bytes, and no element straddles the end of a ring.
-    size_t pad = (8 - c->sentBytes() % 8) % 8;
-    while (pad > 0) {
-      auto space = c->sendSpace();
-      if (space.empty()) return moved;
-      size_t k = std::min(pad, space.size());
-      c->sendCommit(k);
-      pad -= k;
-      moved = true;
-    }
-    padded_[index] = 1;
-  }
+  if (!padded_[index] && !alignStream(index, c, /*sending=*/true, &moved)) return moved;
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
   const std::byte* src = srcPtr_[index];
@@ -339,18 +343,7 @@ bool Execution::progressRecv(int32_t index) {
   const Step& s = sc.steps[index];
   Connection* c = conns_[stepPeer_[index]];
   bool moved = false;
-  if (!padded_[index]) {
-    size_t pad = (8 - c->receivedBytes() % 8) % 8;
-    while (pad > 0) {
-      auto data = c->recvData();
-      if (data.empty()) return moved;
-      size_t k = std::min(pad, data.size());
-      c->recvConsume(k);
-      pad -= k;
-      moved = true;
-    }
-    padded_[index] = 1;
-  }
+  if (!padded_[index] && !alignStream(index, c, /*sending=*/false, &moved)) return moved;
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
   std::byte* dst = dstPtr_[index];

@@ -47,6 +47,7 @@ class Execution {
 
  private:
   uint64_t available(int32_t step) const;
+  bool alignStream(int32_t step, Connection* c, bool sending, bool* moved);
   bool progressSend(int32_t step);
   bool progressRecv(int32_t step);
   bool progressLocal(int32_t step);

@@ -68,6 +68,16 @@ int32_t Schedule::addReduce(const BufRef& dst, const BufRef* sources, uint32_t n
   return addStep(s);
 }
 
+void Schedule::addSelfCopy(uint64_t count) {
+  if (count == 0) return;
+  Step c;
+  c.kind = StepKind::Copy;
+  c.src = sendAt(0);
+  c.dst = recvAt(0);
+  c.count = count;
+  addStep(c);
+}
+
 void Schedule::finalizePeers() {
   peers.clear();
   for (const Step& s : steps) {

@@ -95,6 +95,10 @@ struct Schedule {
   int32_t addReduce(const BufRef& dst, const BufRef* sources, uint32_t nsources, uint64_t count);
   // Fills `peers` from the steps.
   void finalizePeers();
+  // The whole plan of a rank that reduces with nobody: recv = send. The copy stays in in-place
+  // plans too (the executor skips it when source and destination coincide), since plans are
+  // reused with other pointers.
+  void addSelfCopy(uint64_t count);
 };
 
 // Helpers for the common shapes.
