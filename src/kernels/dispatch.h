@@ -12,16 +12,18 @@ namespace coll::kernels::detail {
 using Reduce2Fn = void (*)(void* dst, const void* a, const void* b, size_t count);
 using ReduceNFn = void (*)(void* dst, const void* const* srcs, int n, size_t count);
 using DivideFn = void (*)(void* dst, const void* src, size_t count, uint64_t divisor);
+using ScaleFn = void (*)(void* dst, const void* src, size_t count, double scalar);
 
 // collSum..collMin; collAvg never reaches kernels.
 constexpr int kNumKernelOps = 4;
 
 struct KernelTable {
   const char* name;
-  // nullptr for the reserved float8 types.
+  // Every (type, op) is filled at every level; float8 entries are the scalar code everywhere.
   Reduce2Fn reduce2[collNumTypes][kNumKernelOps];
   ReduceNFn reduceN[collNumTypes][kNumKernelOps];
   DivideFn divide[collNumTypes];
+  ScaleFn scale[collNumTypes];
 };
 
 enum class SimdLevel { Sse2 = 0, Avx2 = 1, Avx512 = 2 };

@@ -83,8 +83,8 @@ inline const KernelTable& active() {
 }
 
 [[noreturn, gnu::cold]] void badArgs(const char* what, int dtype, int op) {
-  COLL_WARN(-1, "%s: unsupported dtype %d / op %d reached the reduction kernels (callers must map avg to "
-            "sum+divide and never pass float8 types)", what, dtype, op);
+  COLL_WARN(-1, "%s: unsupported dtype %d / op %d reached the reduction kernels (callers must validate the "
+            "type and map avg to sum+divide)", what, dtype, op);
   std::abort();
 }
 
@@ -128,11 +128,22 @@ void divide(void* dst, const void* src, size_t count, collDataType_t dtype, uint
   fn(dst, src, count, divisor);
 }
 
+void scale(void* dst, const void* src, size_t count, collDataType_t dtype, double scalar) {
+  const detail::KernelTable& t = detail::active();
+  detail::ScaleFn fn = detail::validType(dtype) ? t.scale[dtype] : nullptr;
+  if (__builtin_expect(fn == nullptr, 0)) detail::badArgs("scale", dtype, -1);
+  fn(dst, src, count, scalar);
+}
+
 const char* simdLevel() { return detail::active().name; }
 
 float halfToFloat(uint16_t h) { return portable::halfToFloatS(h); }
 uint16_t floatToHalf(float f) { return portable::floatToHalfS(f); }
 float bfloat16ToFloat(uint16_t b) { return portable::bf16ToFloatS(b); }
 uint16_t floatToBfloat16(float f) { return portable::floatToBf16S(f); }
+float fp8e4m3ToFloat(uint8_t b) { return portable::fp8e4m3ToFloatS(b); }
+uint8_t floatToFp8e4m3(float f) { return portable::floatToFp8e4m3S(f); }
+float fp8e5m2ToFloat(uint8_t b) { return portable::fp8e5m2ToFloatS(b); }
+uint8_t floatToFp8e5m2(float f) { return portable::floatToFp8e5m2S(f); }
 
 }  // namespace coll::kernels

@@ -11,14 +11,20 @@
 // - Floating max/min propagate NaN: if either operand is NaN the result is NaN (the later operand's
 //   NaN when both are). This keeps a NaN in one rank's gradient visible instead of hiding it, which
 //   differs from C fmax. Between +0 and -0 the earlier operand wins.
-// - float16/bfloat16 are widened to float32, all sources are combined in float32, and the result
-//   is rounded once to nearest-even. NaN results stay NaN (quiet). Conversions are exact and
-//   match F16C (VCVTPH2PS / VCVTPS2PH with round-to-nearest-even) bit for bit.
+// - float16/bfloat16/float8 are widened to float32, all sources are combined in float32, and the
+//   result is rounded once to nearest-even. NaN results stay NaN (quiet). Half conversions are
+//   exact and match F16C (VCVTPH2PS / VCVTPS2PH with round-to-nearest-even) bit for bit.
+// - float8 (OCP 8-bit floating point v1.0) overflow: E4M3 has no infinity, so it saturates
+//   ("satfinite", as NVIDIA's __NV_SATFINITE and NCCL's fp8 types): anything beyond +-448,
+//   infinities included, becomes +-448; NaN is S.1111.111. E5M2 is IEEE-like and keeps IEEE
+//   overflow: results at or beyond 61440 (max 57344 plus half an ulp) become +-inf, and inf stays
+//   inf, so an inf in one rank's input reads the same after a reduction as after a copy.
 // - dst may alias a source exactly (same pointer); partial overlap is not supported.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "collective/collective.h"
@@ -32,6 +38,8 @@ namespace coll::kernels::COLL_KERNEL_ISA {
 
 struct F16Tag {};
 struct BF16Tag {};
+struct F8E4M3Tag {};
+struct F8E5M2Tag {};
 
 // ---- scalar conversions (bit manipulation, independent of MXCSR) ---------------------------------
 
@@ -92,6 +100,72 @@ inline uint16_t floatToBf16S(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// float8: scalar only (kW == 0 below). Decoding builds the float's bits; encoding rounds the float's
+// mantissa to the target width to nearest-even, the same trick as floatToHalfS.
+inline float fp8e4m3ToFloatS(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t mant = b & 0x7u;
+  if (exp == 0xf && mant == 0x7) return bitsFloat(sign | 0x7fc00000u);  // the only NaN
+  if (exp == 0) return bitsFloat(sign | floatBits(static_cast<float>(mant) * 0x1p-9f));  // subnormal or 0
+  return bitsFloat(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+inline float fp8e5m2ToFloatS(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 2) & 0x1fu;
+  const uint32_t mant = b & 0x3u;
+  if (exp == 0x1f) {  // inf / NaN; a signalling NaN comes back quiet, as for half
+    return bitsFloat(sign | 0x7f800000u | (mant << 21) | (mant != 0 ? 0x00400000u : 0u));
+  }
+  if (exp == 0) return bitsFloat(sign | floatBits(static_cast<float>(mant) * 0x1p-16f));
+  return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 21));
+}
+
+// |x| (as float bits ax, finite, below the format's overflow threshold) to a sign-less float8 code:
+// mantBits stored mantissa bits, bias the format's exponent bias. Normal results carry into the
+// exponent field on round-up, which is the right encoding.
+template <uint32_t mantBits, uint32_t bias>
+inline uint32_t fp8RoundMagnitude(uint32_t ax) {
+  constexpr uint32_t drop = 23u - mantBits;
+  constexpr uint32_t minNormal = (127u + 1u - bias) << 23;            // 2^(1-bias)
+  constexpr int minSubExp = 1 - static_cast<int>(bias) - static_cast<int>(mantBits);  // log2 of the smallest subnormal
+  constexpr uint32_t halfMinSub = static_cast<uint32_t>(127 + minSubExp - 1) << 23;
+  if (ax >= minNormal) {
+    const uint32_t r = ax - ((127u - bias) << 23);
+    return (r + ((1u << (drop - 1u)) - 1u) + ((r >> drop) & 1u)) >> drop;
+  }
+  if (ax <= halfMinSub) return 0;  // half the smallest subnormal ties to the even zero
+  // Subnormal: value / 2^minSubExp = m >> s, rounded to nearest even; 1 <= s <= 24 here.
+  const uint32_t e = ax >> 23;
+  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+  const uint32_t s = static_cast<uint32_t>(150 + minSubExp) - e;
+  uint32_t q = m >> s;
+  const uint32_t rem = m & ((1u << s) - 1u);
+  const uint32_t halfway = 1u << (s - 1u);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+  return q;
+}
+
+inline uint8_t floatToFp8e4m3S(float f) {
+  const uint32_t x = floatBits(f);
+  const uint32_t sign = (x >> 24) & 0x80u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
+  if (ax >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448, inf included: saturate
+  return static_cast<uint8_t>(sign | fp8RoundMagnitude<3, 7>(ax));
+}
+
+inline uint8_t floatToFp8e5m2S(float f) {
+  const uint32_t x = floatBits(f);
+  const uint32_t sign = (x >> 24) & 0x80u;
+  const uint32_t ax = x & 0x7fffffffu;
+  // NaN stays NaN (quiet bit forced, so a payload below the kept bits cannot turn into inf).
+  if (ax > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7eu | ((ax >> 21) & 1u));
+  if (ax >= 0x47700000u) return static_cast<uint8_t>(sign | 0x7cu);  // >= 61440 rounds to inf
+  return static_cast<uint8_t>(sign | fp8RoundMagnitude<2, 15>(ax));
+}
+
 // ---- element traits: storage type S, accumulation type A ------------------------------------------
 
 template <class T>
@@ -114,6 +188,21 @@ struct Elem<BF16Tag> {
   using A = float;
   static A load(S s) { return bf16ToFloatS(s); }
   static S store(A a) { return floatToBf16S(a); }
+};
+
+template <>
+struct Elem<F8E4M3Tag> {
+  using S = uint8_t;
+  using A = float;
+  static A load(S s) { return fp8e4m3ToFloatS(s); }
+  static S store(A a) { return floatToFp8e4m3S(a); }
+};
+template <>
+struct Elem<F8E5M2Tag> {
+  using S = uint8_t;
+  using A = float;
+  static A load(S s) { return fp8e5m2ToFloatS(s); }
+  static S store(A a) { return floatToFp8e5m2S(a); }
 };
 
 template <int Op, class A>
@@ -244,6 +333,20 @@ struct VecTraits<F16Tag> {
 #endif
 };
 
+// float8 stays scalar at every level: bytes are converted one at a time anyway.
+template <class Tag>
+struct ScalarOnlyTraits {
+  static constexpr size_t kW = 0;
+  using V = float;
+  static V load(const uint8_t*) { return 0; }
+  static void store(uint8_t*, V) {}
+  static V splat(float a) { return a; }
+};
+template <>
+struct VecTraits<F8E4M3Tag> : ScalarOnlyTraits<F8E4M3Tag> {};
+template <>
+struct VecTraits<F8E5M2Tag> : ScalarOnlyTraits<F8E5M2Tag> {};
+
 // ---- kernels -------------------------------------------------------------------------------------
 
 template <class T, int Op>
@@ -352,6 +455,45 @@ void divideKernel(void* dstv, const void* srcv, size_t count, uint64_t divisor) 
   }
 }
 
+// PreMulSum's scaling (see reduce.h for the rules).
+template <class S>
+inline S scalarToInt(double scalar) {
+  if (!(scalar == scalar)) return 0;
+  // Compare in double against bounds that are exact powers of two, so no cast is out of range.
+  constexpr double lo = std::is_signed_v<S> ? -0x1p0 * static_cast<double>(uint64_t{1} << (sizeof(S) * 8 - 1)) : 0.0;
+  constexpr double hiExcl = std::is_signed_v<S> ? static_cast<double>(uint64_t{1} << (sizeof(S) * 8 - 1))
+                                                : 2.0 * static_cast<double>(uint64_t{1} << (sizeof(S) * 8 - 1));
+  if (scalar <= lo) return std::numeric_limits<S>::min();
+  if (scalar >= hiExcl) return std::numeric_limits<S>::max();
+  if constexpr (std::is_signed_v<S>) return static_cast<S>(static_cast<int64_t>(scalar));
+  else return static_cast<S>(static_cast<uint64_t>(scalar));
+}
+
+template <class T>
+void scaleKernel(void* dstv, const void* srcv, size_t count, double scalar) {
+  using E = Elem<T>;
+  using S = typename E::S;
+  using A = typename E::A;
+  S* dst = static_cast<S*>(dstv);
+  const S* src = static_cast<const S*>(srcv);
+  if constexpr (std::is_integral_v<A>) {
+    // Multiplying modulo 2^64 and truncating equals the wrapped product in the type.
+    using W = std::conditional_t<std::is_signed_v<S>, int64_t, uint64_t>;
+    const uint64_t m = static_cast<uint64_t>(static_cast<W>(scalarToInt<S>(scalar)));
+    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<S>(static_cast<uint64_t>(static_cast<W>(src[i])) * m);
+  } else {
+    const A m = static_cast<A>(scalar);
+    size_t i = 0;
+    using VT = VecTraits<T>;
+    if constexpr (VT::kW > 0) {
+      constexpr size_t W = VT::kW;
+      const auto mv = VT::splat(m);
+      for (; i + W <= count; i += W) VT::store(dst + i, VT::load(src + i) * mv);
+    }
+    for (; i < count; ++i) dst[i] = E::store(E::load(src[i]) * m);
+  }
+}
+
 template <class T>
 void fillType(detail::KernelTable& t, collDataType_t dtype) {
   t.reduce2[dtype][collSum] = &reduce2Kernel<T, collSum>;
@@ -363,6 +505,7 @@ void fillType(detail::KernelTable& t, collDataType_t dtype) {
   t.reduceN[dtype][collMax] = &reduceNKernel<T, collMax>;
   t.reduceN[dtype][collMin] = &reduceNKernel<T, collMin>;
   t.divide[dtype] = &divideKernel<T>;
+  t.scale[dtype] = &scaleKernel<T>;
 }
 
 inline detail::KernelTable makeTable(const char* name) {
@@ -378,6 +521,8 @@ inline detail::KernelTable makeTable(const char* name) {
   fillType<float>(t, collFloat32);
   fillType<double>(t, collFloat64);
   fillType<BF16Tag>(t, collBfloat16);
+  fillType<F8E4M3Tag>(t, collFloat8e4m3);
+  fillType<F8E5M2Tag>(t, collFloat8e5m2);
   return t;
 }
 

@@ -1,6 +1,7 @@
 // Tests for src/kernels: every type x op against an independent reference (exact integers,
-// same-order float arithmetic, _Float16 / hand-rolled bfloat16 rounding), each SIMD level against
-// the portable one, conversions, rounding once, divide, NaN/inf, aliasing, and a latency print.
+// same-order float arithmetic, _Float16 / hand-rolled bfloat16 rounding, table-search float8
+// rounding against a float64 reference), each SIMD level against the portable one, conversions,
+// rounding once, divide, scale, NaN/inf, aliasing, and a latency print.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -37,6 +38,7 @@ const TypeInfo kTypes[] = {
     {collFloat16, 2, "float16"}, {collFloat32, 4, "float32"}, {collFloat64, 8, "float64"},
     {collBfloat16, 2, "bfloat16"},
 };
+const TypeInfo kFp8Types[] = {{collFloat8e4m3, 1, "float8e4m3"}, {collFloat8e5m2, 1, "float8e5m2"}};
 const collRedOp_t kOps[] = {collSum, collProd, collMax, collMin};
 const char* opName(collRedOp_t op) {
   switch (op) {
@@ -190,6 +192,8 @@ bool isNanAt(collDataType_t dtype, const uint8_t* p) {
       std::memcpy(&d, p, 8);
       return std::isnan(d);
     }
+    case collFloat8e4m3: return (*p & 0x7f) == 0x7f;
+    case collFloat8e5m2: return (*p & 0x7f) > 0x7c;
     default: return false;
   }
 }
@@ -364,7 +368,9 @@ TEST(Kernels, SimdLevelsMatchPortableBitForBit) {
   for (SimdLevel l : levels) std::printf(" %d", static_cast<int>(l));
   std::printf(" (default: %s)\n", simdLevel());
   std::mt19937_64 rng(99);
-  for (const TypeInfo& t : kTypes) {
+  std::vector<TypeInfo> all(std::begin(kTypes), std::end(kTypes));
+  all.insert(all.end(), std::begin(kFp8Types), std::end(kFp8Types));
+  for (const TypeInfo& t : all) {
     for (collRedOp_t op : kOps) {
       for (size_t count : {size_t{5}, size_t{67}, size_t{1029}}) {
         for (int n : {2, 3, 7}) {
@@ -635,6 +641,437 @@ TEST(Kernels, Float32SumCloseToFloat64Reference) {
       mag += std::fabs(in[k][i]);
     }
     EXPECT_NEAR(out[i], exact, n * mag * 0x1p-24);
+  }
+}
+
+// ---- float8 --------------------------------------------------------------------------------------
+
+// Independent model of an OCP float8 format: values from the field definitions with ldexp, rounding
+// by searching the sorted table of finite magnitudes, in double.
+struct Fp8Ref {
+  bool e4m3;
+  double mag[128];   // value of each sign-less code (NaN / inf where the format says so)
+  uint8_t maxCode;   // largest finite sign-less code
+  const char* name;
+
+  explicit Fp8Ref(bool isE4m3) : e4m3(isE4m3), maxCode(isE4m3 ? 0x7e : 0x7b), name(isE4m3 ? "e4m3" : "e5m2") {
+    for (int c = 0; c < 128; ++c) mag[c] = decodeMag(static_cast<uint8_t>(c));
+  }
+  double decodeMag(uint8_t c) const {
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const int e = c >> mbits, m = c & ((1 << mbits) - 1), emax = e4m3 ? 15 : 31;
+    if (e4m3 && e == emax && m == 7) return std::numeric_limits<double>::quiet_NaN();
+    if (!e4m3 && e == emax) return m == 0 ? std::numeric_limits<double>::infinity()
+                                          : std::numeric_limits<double>::quiet_NaN();
+    if (e == 0) return std::ldexp(m, 1 - bias - mbits);
+    return std::ldexp((1 << mbits) + m, e - bias - mbits);
+  }
+  double decode(uint8_t b) const { return (b & 0x80) ? -mag[b & 0x7f] : mag[b & 0x7f]; }
+  bool isNan(uint8_t b) const { return std::isnan(mag[b & 0x7f]); }
+  // Round to nearest, ties to the even code (its last bit is the mantissa's last bit).
+  uint8_t encode(double x) const {
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+    if (std::isnan(x)) return sign | (e4m3 ? 0x7f : 0x7e);
+    const double a = std::fabs(x);
+    if (e4m3 && a >= 448.0) return sign | 0x7e;    // satfinite
+    if (!e4m3 && a >= 61440.0) return sign | 0x7c;  // IEEE overflow
+    int lo = 0;
+    while (lo < maxCode && mag[lo + 1] <= a) ++lo;
+    if (lo == maxCode) return sign | lo;
+    const double mid = (mag[lo] + mag[lo + 1]) / 2;  // exact: few significant bits
+    int c = a < mid ? lo : (a > mid ? lo + 1 : ((lo & 1) ? lo + 1 : lo));
+    return static_cast<uint8_t>(sign | c);
+  }
+};
+
+const Fp8Ref& fp8Ref(collDataType_t dtype) {
+  static const Fp8Ref e4(true), e5(false);
+  return dtype == collFloat8e4m3 ? e4 : e5;
+}
+float fp8ToFloatUnderTest(collDataType_t dtype, uint8_t b) {
+  return dtype == collFloat8e4m3 ? fp8e4m3ToFloat(b) : fp8e5m2ToFloat(b);
+}
+uint8_t floatToFp8UnderTest(collDataType_t dtype, float f) {
+  return dtype == collFloat8e4m3 ? floatToFp8e4m3(f) : floatToFp8e5m2(f);
+}
+
+TEST(Kernels, Fp8EveryCodeRoundTripsExactly) {
+  for (const TypeInfo& t : kFp8Types) {
+    const Fp8Ref& ref = fp8Ref(t.dtype);
+    int nans = 0, infs = 0;
+    for (int c = 0; c < 256; ++c) {
+      const uint8_t b = static_cast<uint8_t>(c);
+      const float got = fp8ToFloatUnderTest(t.dtype, b);
+      const uint8_t back = floatToFp8UnderTest(t.dtype, got);
+      if (ref.isNan(b)) {
+        ++nans;
+        ASSERT_TRUE(std::isnan(got)) << t.name << " " << c;
+        ASSERT_EQ(std::signbit(got), (b & 0x80) != 0) << t.name << " " << c;
+        ASSERT_TRUE(ref.isNan(back)) << t.name << " " << c;
+        ASSERT_EQ(back & 0x80, b & 0x80);
+        if (t.dtype == collFloat8e4m3 || (b & 0x02)) {
+          ASSERT_EQ(back, b) << t.name << " " << c;  // the e4m3 NaN and quiet e5m2 NaNs are exact
+        }
+        continue;
+      }
+      if (std::isinf(got)) ++infs;
+      const float want = static_cast<float>(ref.decode(b));
+      ASSERT_EQ(static_cast<double>(want), ref.decode(b));  // every finite fp8 value is a float
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << t.name << " code " << c << " got " << got << " want " << want;
+      ASSERT_EQ(back, b) << t.name << " code " << c;
+    }
+    EXPECT_EQ(nans, t.dtype == collFloat8e4m3 ? 2 : 6) << t.name;
+    EXPECT_EQ(infs, t.dtype == collFloat8e4m3 ? 0 : 2) << t.name;
+  }
+  EXPECT_EQ(fp8e4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(fp8e4m3ToFloat(0x01), 0x1p-9f);
+  EXPECT_EQ(fp8e4m3ToFloat(0x08), 0x1p-6f);
+  EXPECT_EQ(fp8e5m2ToFloat(0x7b), 57344.0f);
+  EXPECT_EQ(fp8e5m2ToFloat(0x01), 0x1p-16f);
+  EXPECT_EQ(fp8e5m2ToFloat(0x04), 0x1p-14f);
+  EXPECT_EQ(fp8e5m2ToFloat(0xfc), -std::numeric_limits<float>::infinity());
+}
+
+TEST(Kernels, Fp8RoundingMatchesReference) {
+  for (const TypeInfo& t : kFp8Types) {
+    const Fp8Ref& ref = fp8Ref(t.dtype);
+    auto check = [&](float f) -> ::testing::AssertionResult {
+      const uint8_t got = floatToFp8UnderTest(t.dtype, f);
+      if (std::isnan(f)) {
+        if (ref.isNan(got) && (got & 0x80) == (std::signbit(f) ? 0x80 : 0)) return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure() << t.name << " NaN became 0x" << std::hex << int{got};
+      }
+      const uint8_t want = ref.encode(f);
+      if (got == want) return ::testing::AssertionSuccess();
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      return ::testing::AssertionFailure() << t.name << " float " << f << " (0x" << std::hex << bits << "): got 0x"
+                                           << int{got} << " want 0x" << int{want};
+    };
+    // A sweep of float bit patterns: every exponent, many mantissas, both signs, NaNs, infinities.
+    for (uint64_t u = 0; u < 0x100000000ull; u += 2039) {
+      const uint32_t bits = static_cast<uint32_t>(u);
+      float f;
+      std::memcpy(&f, &bits, 4);
+      ASSERT_TRUE(check(f));
+    }
+    // Every rounding boundary: each pair of neighbours, their midpoint (a tie) and the floats
+    // either side of it, for both signs; and the overflow boundary.
+    for (int c = 0; c < ref.maxCode; ++c) {
+      for (double sgn : {1.0, -1.0}) {
+        const float lo = static_cast<float>(sgn * ref.mag[c]), hi = static_cast<float>(sgn * ref.mag[c + 1]);
+        const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
+        for (float f : {lo, hi, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, static_cast<float>(sgn) * 1e30f)}) ASSERT_TRUE(check(f));
+      }
+    }
+    for (float f : {448.0f, 464.0f, 480.0f, 57344.0f, 61439.996f, 61440.0f, 65536.0f, 1e30f,
+                    std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::denorm_min(), 0.0f}) {
+      ASSERT_TRUE(check(f));
+      ASSERT_TRUE(check(-f));
+    }
+  }
+  // The rules spelled out.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(floatToFp8e4m3(1.0f + 0x1p-4f), 0x38);      // tie to even (1.0)
+  EXPECT_EQ(floatToFp8e4m3(1.0f + 3 * 0x1p-4f), 0x3a);  // tie to even (1.25)
+  EXPECT_EQ(floatToFp8e4m3(0x1p-10f), 0x00);            // half the smallest subnormal: even zero
+  EXPECT_EQ(floatToFp8e4m3(0x1.000002p-10f), 0x01);
+  EXPECT_EQ(floatToFp8e4m3(3 * 0x1p-10f), 0x02);  // subnormal tie to even
+  EXPECT_EQ(floatToFp8e4m3(0x1.ep-7f), 0x08);     // rounds up into the smallest normal
+  EXPECT_EQ(floatToFp8e4m3(-0.0f), 0x80);
+  EXPECT_EQ(floatToFp8e4m3(470.0f), 0x7e);  // satfinite, never the NaN pattern
+  EXPECT_EQ(floatToFp8e4m3(inf), 0x7e);
+  EXPECT_EQ(floatToFp8e4m3(-inf), 0xfe);
+  EXPECT_EQ(floatToFp8e4m3(nan), 0x7f);
+  EXPECT_EQ(floatToFp8e4m3(-nan), 0xff);
+  EXPECT_EQ(floatToFp8e5m2(1.0f + 0x1p-3f), 0x3c);
+  EXPECT_EQ(floatToFp8e5m2(1.0f + 3 * 0x1p-3f), 0x3e);
+  EXPECT_EQ(floatToFp8e5m2(0x1p-17f), 0x00);
+  EXPECT_EQ(floatToFp8e5m2(0x1.000002p-17f), 0x01);
+  EXPECT_EQ(floatToFp8e5m2(61439.996f), 0x7b);
+  EXPECT_EQ(floatToFp8e5m2(61440.0f), 0x7c);  // max + half an ulp ties to even: inf
+  EXPECT_EQ(floatToFp8e5m2(-inf), 0xfc);
+  uint32_t snanBits = 0x7f800001u;  // payload below the kept bits must not turn into inf
+  float snan;
+  std::memcpy(&snan, &snanBits, 4);
+  EXPECT_GT(floatToFp8e5m2(snan) & 0x7f, 0x7c);
+}
+
+// Per element: same-order float32 accumulation (the contract) and a float64 one (exact for these
+// inputs: at most 8 sources of 3-4 significant bits). Where float32 was exact at every step the
+// result must be the float64 value rounded once; otherwise it is the float32 value rounded once.
+size_t fp8Reference(collDataType_t dtype, collRedOp_t op, const std::vector<std::vector<uint8_t>>& in, size_t count,
+                    std::vector<uint8_t>& want) {
+  const Fp8Ref& ref = fp8Ref(dtype);
+  size_t inexact = 0;
+  want.assign(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    if (in.size() == 1) {  // a copy
+      want[i] = in[0][i];
+      continue;
+    }
+    double d = ref.decode(in[0][i]);
+    float f = static_cast<float>(d);
+    bool exact = true;
+    for (size_t k = 1; k < in.size(); ++k) {
+      const double x = ref.decode(in[k][i]);
+      d = refFloatOp<double>(op, d, x);
+      f = refFloatOp<float>(op, f, static_cast<float>(x));
+      if (!(static_cast<double>(f) == d || (std::isnan(d) && std::isnan(f)))) exact = false;
+    }
+    if (!exact) ++inexact;
+    want[i] = ref.encode(exact ? d : static_cast<double>(f));
+  }
+  return inexact;
+}
+
+void fillFp8(std::vector<uint8_t>& buf, size_t count, std::mt19937_64& rng, bool anyCode) {
+  buf.resize(count);
+  // anyCode: all 256 codes (NaN, inf, subnormals, extremes). Otherwise codes of moderate
+  // magnitude, where sums and products stay in range and float32 is mostly exact.
+  for (auto& b : buf) b = anyCode ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>((rng() & 0x80) | (0x20 + rng() % 0x30));
+}
+
+TEST(Kernels, Fp8ReduceMatchesFloat64ReferenceRoundedOnce) {
+  size_t inexactTotal = 0, total = 0;
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    ASSERT_TRUE(guard.ok());
+    std::mt19937_64 rng(4242 + static_cast<int>(level));
+    for (const TypeInfo& t : kFp8Types) {
+      for (collRedOp_t op : kOps) {
+        for (size_t count : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
+          for (int n = 1; n <= 8; ++n) {
+            for (bool anyCode : {true, false}) {
+              std::vector<std::vector<uint8_t>> in(n);
+              std::vector<const void*> srcs(n);
+              for (int k = 0; k < n; ++k) {
+                fillFp8(in[k], count, rng, anyCode);
+                srcs[k] = in[k].data();
+              }
+              std::vector<uint8_t> want;
+              inexactTotal += fp8Reference(t.dtype, op, in, count, want);
+              total += count;
+              std::vector<uint8_t> got(count + 4, 0xCD);
+              reduceN(got.data(), srcs.data(), n, count, t.dtype, op);
+              ASSERT_TRUE(sameElements(t, got.data(), want.data(), count, true))
+                  << opName(op) << " n=" << n << " count=" << count << " level=" << simdLevel();
+              for (size_t b = count; b < got.size(); ++b) ASSERT_EQ(got[b], 0xCD) << "overrun";
+              std::vector<uint8_t> inplace = in[0];
+              srcs[0] = inplace.data();
+              reduceN(inplace.data(), srcs.data(), n, count, t.dtype, op);
+              ASSERT_TRUE(sameElements(t, inplace.data(), want.data(), count, true)) << "in place";
+              if (n == 2) {
+                reduce2(got.data(), in[0].data(), in[1].data(), count, t.dtype, op);
+                ASSERT_TRUE(sameElements(t, got.data(), want.data(), count, true)) << "reduce2 " << opName(op);
+                std::vector<uint8_t> b = in[1];
+                reduce2(b.data(), in[0].data(), b.data(), count, t.dtype, op);  // dst aliases b
+                ASSERT_TRUE(sameElements(t, b.data(), want.data(), count, true)) << "reduce2 dst==b";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("fp8 reductions: %zu of %zu elements needed float32 rounding before the final one\n", inexactTotal,
+              total);
+
+  // Rounded once: rounding after each step would lose both half-ulp contributions.
+  const uint8_t e4[3] = {0x38, floatToFp8e4m3(0x1p-4f), floatToFp8e4m3(0x1p-4f)};  // 1 + 1/16 + 1/16
+  const uint8_t e5[3] = {0x3c, floatToFp8e5m2(0x1p-3f), floatToFp8e5m2(0x1p-3f)};  // 1 + 1/8 + 1/8
+  uint8_t out = 0;
+  const void* s4[3] = {&e4[0], &e4[1], &e4[2]};
+  reduceN(&out, s4, 3, 1, collFloat8e4m3, collSum);
+  EXPECT_EQ(fp8e4m3ToFloat(out), 1.125f);
+  const void* s5[3] = {&e5[0], &e5[1], &e5[2]};
+  reduceN(&out, s5, 3, 1, collFloat8e5m2, collSum);
+  EXPECT_EQ(fp8e5m2ToFloat(out), 1.25f);
+  // Intermediate values beyond the fp8 range are fine when the result fits (float32 accumulator).
+  const uint8_t big[3] = {floatToFp8e4m3(448.0f), floatToFp8e4m3(448.0f), floatToFp8e4m3(-448.0f)};
+  const void* sb[3] = {&big[0], &big[1], &big[2]};
+  reduceN(&out, sb, 3, 1, collFloat8e4m3, collSum);
+  EXPECT_EQ(fp8e4m3ToFloat(out), 448.0f);
+  // Overflow of the result: e4m3 saturates, e5m2 goes to inf; inf inputs stay inf in e5m2.
+  reduce2(&out, &big[0], &big[1], 1, collFloat8e4m3, collSum);
+  EXPECT_EQ(out, 0x7e);
+  const uint8_t e5max = 0x7b, e5inf = 0x7c, e5one = 0x3c;
+  reduce2(&out, &e5max, &e5max, 1, collFloat8e5m2, collSum);
+  EXPECT_EQ(out, 0x7c);
+  reduce2(&out, &e5inf, &e5one, 1, collFloat8e5m2, collMin);
+  EXPECT_EQ(out, 0x3c);
+  reduce2(&out, &e5inf, &e5one, 1, collFloat8e5m2, collSum);
+  EXPECT_EQ(out, 0x7c);
+  // NaN propagates through max.
+  const uint8_t e4nan = 0x7f, e4one = 0x38;
+  reduce2(&out, &e4one, &e4nan, 1, collFloat8e4m3, collMax);
+  EXPECT_EQ(out & 0x7f, 0x7f);
+  // The documented limit of float32 accumulation: 256 + 32 + 2^-16 is 288 in float32 (a tie, to
+  // even), which then rounds to even 256; the exact sum would round up to 320.
+  const uint8_t parts[3] = {floatToFp8e5m2(256.0f), floatToFp8e5m2(32.0f), 0x01};
+  const void* sp[3] = {&parts[0], &parts[1], &parts[2]};
+  reduceN(&out, sp, 3, 1, collFloat8e5m2, collSum);
+  EXPECT_EQ(fp8e5m2ToFloat(out), 256.0f);
+}
+
+TEST(Kernels, Fp8DivideMatchesReference) {
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    for (const TypeInfo& t : kFp8Types) {
+      const Fp8Ref& ref = fp8Ref(t.dtype);
+      std::vector<uint8_t> src(256), dst(256);
+      for (int c = 0; c < 256; ++c) src[c] = static_cast<uint8_t>(c);
+      for (uint64_t d : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000}}) {
+        divide(dst.data(), src.data(), src.size(), t.dtype, d);
+        const double dd = d == 0 ? 1.0 : static_cast<double>(d);
+        for (int c = 0; c < 256; ++c) {
+          const double exactQ = ref.decode(src[c]) / dd;
+          // float64 reference rounded once; the float32 quotient rounds the same way here.
+          const uint8_t want = ref.encode(exactQ);
+          ASSERT_EQ(static_cast<float>(exactQ) == exactQ || std::isnan(exactQ) || std::isinf(exactQ) ||
+                        want == ref.encode(static_cast<float>(ref.decode(src[c])) / static_cast<float>(dd)),
+                    true);
+          if (ref.isNan(want)) {
+            ASSERT_TRUE(ref.isNan(dst[c])) << t.name << " " << c;
+          } else {
+            ASSERT_EQ(dst[c], want) << t.name << " code " << c << " / " << d << " level " << simdLevel();
+          }
+        }
+        std::vector<uint8_t> inplace = src;
+        divide(inplace.data(), inplace.data(), inplace.size(), t.dtype, d);
+        for (int c = 0; c < 256; ++c) {
+          if (!ref.isNan(dst[c])) {
+            ASSERT_EQ(inplace[c], dst[c]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- scale (PreMulSum) -----------------------------------------------------------------------------
+
+// Independent model of the integer scalar conversion: truncate, clamp, NaN -> 0.
+template <class T>
+T refScalarToInt(double s) {
+  if (std::isnan(s)) return 0;
+  const long double t = std::trunc(static_cast<long double>(s));
+  if (t <= static_cast<long double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  if (t >= static_cast<long double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(t);
+}
+
+template <class T>
+void checkIntScale(collDataType_t dtype, size_t count, std::mt19937_64& rng) {
+  std::vector<T> src(count), dst(count + 1);
+  for (auto& v : src) v = static_cast<T>(rng());
+  if (count > 2) {
+    src[0] = std::numeric_limits<T>::min();
+    src[1] = std::numeric_limits<T>::max();
+    src[2] = static_cast<T>(7);
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double s : {3.0, -2.0, 2.9, -2.9, 0.0, 1.0, -1.0, 300.0, -300.0, 1e30, -1e30, 0x1p63, 0x1p64, nan}) {
+    dst[count] = static_cast<T>(0x5a);
+    scale(dst.data(), src.data(), count, dtype, s);
+    const T m = refScalarToInt<T>(s);
+    using U = std::make_unsigned_t<T>;
+    for (size_t i = 0; i < count; ++i) {
+      const T want = static_cast<T>(static_cast<U>(static_cast<unsigned __int128>(static_cast<U>(src[i])) *
+                                                   static_cast<unsigned __int128>(static_cast<U>(m))));
+      ASSERT_EQ(dst[i], want) << "scalar " << s << " element " << i << " of " << count;
+    }
+    ASSERT_EQ(dst[count], static_cast<T>(0x5a)) << "overrun";
+  }
+  // Exact cases spelled out.
+  if (count > 2) {
+    scale(dst.data(), src.data(), count, dtype, 2.9);
+    EXPECT_EQ(dst[2], static_cast<T>(14));  // scalar truncated to 2 first, as NCCL's integer PreMulSum
+    std::vector<T> inplace = src;
+    scale(inplace.data(), inplace.data(), count, dtype, -1.0);
+    EXPECT_EQ(inplace[2], static_cast<T>(std::is_signed_v<T> ? -7 : 0));  // unsigned clamps -1 to 0
+  }
+}
+
+TEST(Kernels, ScaleEveryType) {
+  std::mt19937_64 rng(31337);
+  for (SimdLevel level : supportedLevels()) {
+    LevelGuard guard(level);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{37}, size_t{1000}}) {
+      checkIntScale<int8_t>(collInt8, count, rng);
+      checkIntScale<uint8_t>(collUint8, count, rng);
+      checkIntScale<int32_t>(collInt32, count, rng);
+      checkIntScale<uint32_t>(collUint32, count, rng);
+      checkIntScale<int64_t>(collInt64, count, rng);
+      checkIntScale<uint64_t>(collUint64, count, rng);
+      if (HasFatalFailure()) return;
+
+      std::vector<float> f(count), fo(count);
+      std::vector<double> d(count), dout(count);
+      std::vector<uint16_t> h(count), ho(count), b(count), bo(count);
+      std::vector<uint8_t> e4(count), e4o(count), e5(count), e5o(count);
+      std::uniform_real_distribution<double> dist(-100.0, 100.0);
+      for (size_t i = 0; i < count; ++i) {
+        d[i] = dist(rng);
+        f[i] = static_cast<float>(d[i]);
+        h[i] = static_cast<uint16_t>(rng());
+        b[i] = static_cast<uint16_t>(rng());
+        e4[i] = static_cast<uint8_t>(rng());
+        e5[i] = static_cast<uint8_t>(rng());
+      }
+      const Fp8Ref& r4 = fp8Ref(collFloat8e4m3);
+      const Fp8Ref& r5 = fp8Ref(collFloat8e5m2);
+      for (double s : {2.0, 0.5, 1.0 / 3.0, -1.7, 1e-3, 0.0, 1e6}) {
+        const float sf = static_cast<float>(s);
+        scale(fo.data(), f.data(), count, collFloat32, s);
+        scale(dout.data(), d.data(), count, collFloat64, s);
+        scale(ho.data(), h.data(), count, collFloat16, s);
+        scale(bo.data(), b.data(), count, collBfloat16, s);
+        scale(e4o.data(), e4.data(), count, collFloat8e4m3, s);
+        scale(e5o.data(), e5.data(), count, collFloat8e5m2, s);
+        const TypeInfo th{collFloat16, 2, "float16"}, tb{collBfloat16, 2, "bfloat16"};
+        const TypeInfo t4{collFloat8e4m3, 1, "e4m3"}, t5{collFloat8e5m2, 1, "e5m2"};
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(fo[i], f[i] * sf) << i;
+          ASSERT_EQ(dout[i], d[i] * s) << i;
+          if (s == 2.0 || s == 0.5) {
+            ASSERT_EQ(static_cast<double>(fo[i]), static_cast<double>(f[i]) * s);  // exact
+          }
+          // One rounding from the float32 product; the scalar is never rounded to the storage type.
+          const uint16_t wh = refFloatToHalf(refHalfToFloat(h[i]) * sf);
+          const uint16_t wb = refFloatToBf16(refBf16ToFloat(b[i]) * sf);
+          const uint8_t w4 = r4.encode(static_cast<float>(r4.decode(e4[i])) * sf);
+          const uint8_t w5 = r5.encode(static_cast<float>(r5.decode(e5[i])) * sf);
+          ASSERT_TRUE(sameElements(th, reinterpret_cast<const uint8_t*>(&ho[i]), reinterpret_cast<const uint8_t*>(&wh), 1, true))
+              << "scalar " << s << " level " << simdLevel();
+          ASSERT_TRUE(sameElements(tb, reinterpret_cast<const uint8_t*>(&bo[i]), reinterpret_cast<const uint8_t*>(&wb), 1, true))
+              << "scalar " << s << " level " << simdLevel();
+          ASSERT_TRUE(sameElements(t4, &e4o[i], &w4, 1, true)) << "scalar " << s;
+          ASSERT_TRUE(sameElements(t5, &e5o[i], &w5, 1, true)) << "scalar " << s;
+        }
+      }
+      // In place.
+      std::vector<float> fi = f;
+      scale(fi.data(), fi.data(), count, collFloat32, -0.25);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(fi[i], f[i] * -0.25f);
+      std::vector<uint16_t> hi = h;
+      scale(hi.data(), hi.data(), count, collFloat16, 3.0);
+      scale(ho.data(), h.data(), count, collFloat16, 3.0);
+      ASSERT_EQ(std::memcmp(hi.data(), ho.data(), count * 2), 0);
+    }
+    // The scalar is rounded to float32, not to the storage type: 3 * (1/3) is 1 in half, while a
+    // half-rounded scalar (0.33325) would give 0.99951.
+    uint16_t three = floatToHalf(3.0f), out = 0;
+    scale(&out, &three, 1, collFloat16, 1.0 / 3.0);
+    EXPECT_EQ(out, 0x3c00) << simdLevel();
+    // Products beyond the fp8 range follow the overflow rules.
+    uint8_t v = floatToFp8e4m3(300.0f), o8 = 0;
+    scale(&o8, &v, 1, collFloat8e4m3, 2.0);
+    EXPECT_EQ(o8, 0x7e);
+    v = floatToFp8e5m2(40960.0f);
+    scale(&o8, &v, 1, collFloat8e5m2, 2.0);
+    EXPECT_EQ(o8, 0x7c);
   }
 }
 
