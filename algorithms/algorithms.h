@@ -31,4 +31,54 @@ void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const Dire
 // Largest message (bytes) one direct call can carry with this window half.
 uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize);
 
+// ---- the other collectives (issue #3). Each builder takes NCCL's per-collective count (see
+// CollKind) and turns collAvg into collSum + Divide where it reduces. Builders that talk to a
+// root take args.root; every rank's schedule of one call must agree on the transfers between
+// every pair (the stream order rule of schedule.h).
+
+// Pipelined chain from the root around the ring (large messages: every link carries the data
+// once, slices stream through).
+void buildRingBroadcast(const Topology& topo, const CollArgs& args, Schedule* out);
+// Binomial tree rooted at args.root (small messages: ceil(log2 p) hops).
+void buildTreeBroadcast(const Topology& topo, const CollArgs& args, Schedule* out);
+// Pipelined chain towards the root, each rank reducing as slices pass (large messages).
+void buildRingReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// Binomial tree towards the root (small messages).
+void buildTreeReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// Ring all-gather: p-1 steps, forwarding what arrived.
+void buildRingAllGather(const Topology& topo, const CollArgs& args, Schedule* out);
+// Bruck all-gather: ceil(log2 p) steps for any p, in scratch, then rotated into place (small).
+void buildBruckAllGather(const Topology& topo, const CollArgs& args, Schedule* out);
+// Ring reduce-scatter: p-1 steps; collAvg divides the rank's own block at the end.
+void buildRingReduceScatter(const Topology& topo, const CollArgs& args, Schedule* out);
+// Pairwise all-to-all: in step k rank r sends to r+k and receives from r-k; no step waits for
+// another, so the executor keeps them all in flight.
+void buildPairwiseAlltoAll(const Topology& topo, const CollArgs& args, Schedule* out);
+// Root receives (gather) / sends (scatter) every rank's block directly; the others one step.
+void buildLinearGather(const Topology& topo, const CollArgs& args, Schedule* out);
+void buildLinearScatter(const Topology& topo, const CollArgs& args, Schedule* out);
+// Dissemination barrier: ceil(log2 p) rounds of 8-byte tokens through scratch.
+void buildDisseminationBarrier(const Topology& topo, Schedule* out);
+
+// A batch of point-to-point operations issued in one group (or one alone), as one schedule of
+// bytes: op i reads or writes ExecBuffers::extra[i]. All of them progress together, so any mix
+// of sends and receives completes as long as the peers issued the matching operations;
+// operations between one pair match in issue order.
+struct P2pOp {
+  bool send = true;
+  int32_t peer = -1;
+  uint64_t bytes = 0;
+};
+// A receive whose buffer overlaps a send's buffer in the same batch (nccl-tests' in-place
+// sendrecv passes one buffer to both): the receive may overwrite byte i only after the send has
+// read it. `sameStart` (the buffers start at the same address) allows a per-byte dependency,
+// so both directions keep streaming; otherwise the receive waits for the whole send.
+struct P2pAlias {
+  int32_t recvOp = -1;
+  int32_t sendOp = -1;
+  bool sameStart = true;
+};
+void buildP2pBatch(const Topology& topo, const P2pOp* ops, size_t nops, Schedule* out,
+                   const P2pAlias* aliases = nullptr, size_t naliases = 0);
+
 }  // namespace coll

@@ -1,4 +1,4 @@
-// Exact test patterns and checks for all-reduce benchmarks and tests (see perf_data.h).
+// Exact test patterns and checks for the benchmarks and multi-process tests (see perf_data.h).
 #include "bench/perf_data.h"
 
 #include <cmath>
@@ -23,12 +23,31 @@ void storeAs(void* buf, size_t i, T v) {
 
 bool isUnsigned(collDataType_t t) { return t == collUint8 || t == collUint32 || t == collUint64; }
 
+bool isFp8(collDataType_t t) { return t == collFloat8e4m3 || t == collFloat8e5m2; }
+
+// float8 holds the integers up to 16 (E4M3) or 8 (E5M2) exactly, and avg/sum round at every
+// step, so every partial sum must stay within 8: at most 8 ranks add a non-zero +-1 per element.
+int64_t fp8SumValue(int r, int n, uint64_t ii) {
+  const uint64_t stride = static_cast<uint64_t>((n + 7) / 8);
+  if ((r + ii) % stride != 0) return 0;
+  return static_cast<int64_t>((r + ii / stride) % 3) - 1;
+}
+
 // The value rank r contributes at element i. Kept to a few distinct small integers so that
 // int8 sums of 64 ranks do not overflow and bfloat16 (8 significant bits) stays exact.
 int64_t inputValue(collDataType_t t, collRedOp_t op, int r, int n, size_t i) {
   const uint64_t ii = i % 1000003;  // keeps the arithmetic below in range for huge counts
   const bool byteType = t == collInt8 || t == collUint8;
+  if (isFp8(t) && (op == collSum || op == kPreMulSum)) return fp8SumValue(r, n, ii);
+  if (isFp8(t) && op == collAvg) {
+    // Every rank the same +-1 (sum n <= 8, avg exact), or a +-1 perturbation that sums to zero.
+    int64_t base = n <= 8 ? static_cast<int64_t>(ii % 3) - 1 : 0;
+    if (base != 0) return base;
+    if (r % 2 == 0 && r + 1 < n) return 1;
+    return r % 2 == 1 ? -1 : 0;
+  }
   switch (op) {
+    case kPreMulSum:
     case collSum:
       if (byteType) return static_cast<int64_t>((r + ii) % 3) - (isUnsigned(t) ? 0 : 1);
       return static_cast<int64_t>((r * 5 + ii * 3 + 1) % 5) - (isUnsigned(t) ? 0 : 2);
@@ -60,11 +79,15 @@ int64_t inputValue(collDataType_t t, collRedOp_t op, int r, int n, size_t i) {
 
 // The exact result in int64 (floating results are exact integers by construction), before the
 // conversion to the element type.
+int64_t premulFactor(collDataType_t t, int r) { return isFp8(t) ? 2 : (r % 2 ? 2 : 1); }
+
 int64_t expectedValue(collDataType_t t, collRedOp_t op, int n, size_t i) {
   int64_t acc = inputValue(t, op, 0, n, i);
+  if (op == kPreMulSum) acc *= premulFactor(t, 0);
   for (int r = 1; r < n; ++r) {
     int64_t v = inputValue(t, op, r, n, i);
     switch (op) {
+      case kPreMulSum: acc += v * premulFactor(t, r); break;
       case collSum:
       case collAvg: acc += v; break;
       case collProd: acc *= v; break;
@@ -95,7 +118,9 @@ double wrapToType(collDataType_t t, int64_t v) {
 size_t typeSize(collDataType_t t) {
   switch (t) {
     case collInt8:
-    case collUint8: return 1;
+    case collUint8:
+    case collFloat8e4m3:
+    case collFloat8e5m2: return 1;
     case collFloat16:
     case collBfloat16: return 2;
     case collInt32:
@@ -120,6 +145,8 @@ const char* typeName(collDataType_t t) {
     case collFloat32: return "float";
     case collFloat64: return "double";
     case collBfloat16: return "bfloat16";
+    case collFloat8e4m3: return "f8e4m3";
+    case collFloat8e5m2: return "f8e5m2";
     default: return "?";
   }
 }
@@ -131,12 +158,13 @@ const char* opName(collRedOp_t op) {
     case collMax: return "max";
     case collMin: return "min";
     case collAvg: return "avg";
+    case kPreMulSum: return "premulsum";
     default: return "?";
   }
 }
 
 bool isFloatType(collDataType_t t) {
-  return t == collFloat16 || t == collFloat32 || t == collFloat64 || t == collBfloat16;
+  return t == collFloat16 || t == collFloat32 || t == collFloat64 || t == collBfloat16 || isFp8(t);
 }
 
 bool parseType(const std::string& s, collDataType_t* out) {
@@ -149,7 +177,9 @@ bool parseType(const std::string& s, collDataType_t* out) {
                                {"int64", collInt64},     {"uint64", collUint64},    {"half", collFloat16},
                                {"float16", collFloat16}, {"float", collFloat32},    {"float32", collFloat32},
                                {"double", collFloat64},  {"float64", collFloat64},  {"bfloat16", collBfloat16},
-                               {"bf16", collBfloat16}};
+                               {"bf16", collBfloat16},    {"f8e4m3", collFloat8e4m3},
+                               {"float8e4m3", collFloat8e4m3}, {"f8e5m2", collFloat8e5m2},
+                               {"float8e5m2", collFloat8e5m2}};
   for (const auto& n : names) {
     if (s == n.text) {
       *out = n.type;
@@ -160,7 +190,11 @@ bool parseType(const std::string& s, collDataType_t* out) {
 }
 
 bool parseOp(const std::string& s, collRedOp_t* out) {
-  for (collRedOp_t op : kAllOps) {
+  if (s == "mulsum") {  // nccl-tests' spelling
+    *out = kPreMulSum;
+    return true;
+  }
+  for (collRedOp_t op : kAllOpsPreMul) {
     if (s == opName(op)) {
       *out = op;
       return true;
@@ -216,6 +250,51 @@ uint16_t floatToBf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// float8 by exponent/mantissa arithmetic: frexp gives v = m * 2^e with m in [0.5, 1).
+namespace {
+uint8_t floatToFp8(float f, int expBits, int mantBits, uint8_t maxFinite, uint8_t nanCode) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  if (std::isnan(f)) return sign | nanCode;
+  double v = std::fabs(static_cast<double>(f));
+  const double minNormal = std::ldexp(1.0, 1 - bias);
+  if (v < minNormal) {  // subnormal: steps of 2^(1 - bias - mantBits); a carry lands on exponent 1
+    return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(v, bias - 1 + mantBits)));
+  }
+  int e = 0;
+  double m = std::frexp(v, &e);  // v = (2m) * 2^(e-1)
+  int biased = e - 1 + bias;
+  int mant = static_cast<int>(std::nearbyint((2 * m - 1) * (1 << mantBits)));
+  if (mant == (1 << mantBits)) {
+    mant = 0;
+    ++biased;
+  }
+  uint32_t code = (static_cast<uint32_t>(biased) << mantBits) | static_cast<uint32_t>(mant);
+  if (biased >= (1 << expBits) || code > maxFinite) return sign | maxFinite;  // saturate
+  return sign | static_cast<uint8_t>(code);
+}
+
+float fp8ToFloat(uint8_t b, int expBits, int mantBits) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  int e = (b >> mantBits) & ((1 << expBits) - 1);
+  int m = b & ((1 << mantBits) - 1);
+  float v = e == 0 ? std::ldexp(static_cast<float>(m), 1 - bias - mantBits)
+                   : std::ldexp(1.0f + static_cast<float>(m) / static_cast<float>(1 << mantBits), e - bias);
+  return (b & 0x80) ? -v : v;
+}
+}  // namespace
+
+float fp8e4m3ToFloat(uint8_t b) {
+  if ((b & 0x7f) == 0x7f) return std::nanf("");
+  return fp8ToFloat(b, 4, 3);
+}
+uint8_t floatToFp8e4m3(float f) { return floatToFp8(f, 4, 3, 0x7e, 0x7f); }
+float fp8e5m2ToFloat(uint8_t b) {
+  if ((b & 0x7c) == 0x7c) return (b & 0x3) ? std::nanf("") : ((b & 0x80) ? -INFINITY : INFINITY);
+  return fp8ToFloat(b, 5, 2);
+}
+uint8_t floatToFp8e5m2(float f) { return floatToFp8(f, 5, 2, 0x7b, 0x7f); }
+
 double loadElement(const void* buf, size_t i, collDataType_t t) {
   switch (t) {
     case collInt8: return loadAs<int8_t>(buf, i);
@@ -228,6 +307,8 @@ double loadElement(const void* buf, size_t i, collDataType_t t) {
     case collFloat32: return loadAs<float>(buf, i);
     case collFloat64: return loadAs<double>(buf, i);
     case collBfloat16: return bf16ToFloat(loadAs<uint16_t>(buf, i));
+    case collFloat8e4m3: return fp8e4m3ToFloat(loadAs<uint8_t>(buf, i));
+    case collFloat8e5m2: return fp8e5m2ToFloat(loadAs<uint8_t>(buf, i));
     default: return 0;
   }
 }
@@ -244,25 +325,42 @@ void storeElement(void* buf, size_t i, collDataType_t t, double v) {
     case collFloat32: storeAs<float>(buf, i, static_cast<float>(v)); break;
     case collFloat64: storeAs<double>(buf, i, v); break;
     case collBfloat16: storeAs<uint16_t>(buf, i, floatToBf16(static_cast<float>(v))); break;
+    case collFloat8e4m3: storeAs<uint8_t>(buf, i, floatToFp8e4m3(static_cast<float>(v))); break;
+    case collFloat8e5m2: storeAs<uint8_t>(buf, i, floatToFp8e5m2(static_cast<float>(v))); break;
     default: break;
   }
 }
 
-void fillInput(void* buf, size_t count, collDataType_t t, collRedOp_t op, int rank, int nranks) {
-  for (size_t i = 0; i < count; ++i) storeElement(buf, i, t, wrapToType(t, inputValue(t, op, rank, nranks, i)));
+void fillInput(void* buf, size_t count, collDataType_t t, collRedOp_t op, int rank, int nranks, size_t firstIndex) {
+  for (size_t i = 0; i < count; ++i) storeElement(buf, i, t, inputElement(t, op, rank, nranks, firstIndex + i));
+}
+
+double inputElement(collDataType_t t, collRedOp_t op, int rank, int nranks, size_t index) {
+  return wrapToType(t, inputValue(t, op, rank, nranks, index));
+}
+
+double expectedElement(collDataType_t t, collRedOp_t op, int nranks, size_t index) {
+  return wrapToType(t, expectedValue(t, op, nranks, index));
+}
+
+double premulScalar(collDataType_t t, int rank) { return static_cast<double>(premulFactor(t, rank)); }
+
+void premulScalarBytes(collDataType_t t, int rank, void* out8) {
+  memset(out8, 0, 8);
+  storeElement(out8, 0, t, premulScalar(t, rank));
 }
 
 size_t checkResult(const void* buf, size_t count, collDataType_t t, collRedOp_t op, int nranks,
-                   std::string* firstError) {
+                   std::string* firstError, size_t firstIndex) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
-    double expected = wrapToType(t, expectedValue(t, op, nranks, i));
+    double expected = expectedElement(t, op, nranks, firstIndex + i);
     double got = loadElement(buf, i, t);
     if (got != expected) {
       if (wrong == 0 && firstError != nullptr) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "element %zu of %zu (%s %s, %d ranks): expected %.17g, got %.17g", i, count,
-                 typeName(t), opName(op), nranks, expected, got);
+        snprintf(msg, sizeof(msg), "element %zu of %zu (%s %s, %d ranks): expected %.17g, got %.17g",
+                 firstIndex + i, count, typeName(t), opName(op), nranks, expected, got);
         *firstError = msg;
       }
       ++wrong;
@@ -271,12 +369,35 @@ size_t checkResult(const void* buf, size_t count, collDataType_t t, collRedOp_t 
   return wrong;
 }
 
-size_t checkUnchanged(const void* buf, size_t count, collDataType_t t, collRedOp_t op, int rank, int nranks) {
+size_t checkUnchanged(const void* buf, size_t count, collDataType_t t, collRedOp_t op, int rank, int nranks,
+                      size_t firstIndex) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (loadElement(buf, i, t) != wrapToType(t, inputValue(t, op, rank, nranks, i))) ++wrong;
+    if (loadElement(buf, i, t) != inputElement(t, op, rank, nranks, firstIndex + i)) ++wrong;
   }
   return wrong;
+}
+
+namespace {
+uint64_t patternWord(int srcRank, size_t index, uint64_t seed) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(srcRank) * 0xd1b54a32d192ed03ull + index;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64 finaliser
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+void fillPattern(void* buf, size_t count, size_t eltSize, int srcRank, size_t firstIndex, uint64_t seed) {
+  auto* p = static_cast<unsigned char*>(buf);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t w = patternWord(srcRank, firstIndex + i, seed);
+    memcpy(p + i * eltSize, &w, eltSize);
+  }
+}
+
+bool patternMatches(const void* buf, size_t i, size_t eltSize, int srcRank, size_t index, uint64_t seed) {
+  uint64_t w = patternWord(srcRank, index, seed);
+  return memcmp(static_cast<const unsigned char*>(buf) + i * eltSize, &w, eltSize) == 0;
 }
 
 void fillRandom(void* buf, size_t count, collDataType_t t, int rank, uint64_t seed) {

@@ -1,4 +1,4 @@
-// The shared all-reduce benchmark loop (see perf_harness.h). Output follows nccl-tests' layout
+// The shared benchmark loop for every collective (see perf_harness.h). Output follows nccl-tests' layout
 // column for column so that tables from either tool line up.
 #include "bench/perf_harness.h"
 
@@ -19,7 +19,7 @@ namespace coll::perf {
 namespace {
 
 void onAlarm(int) {
-  static const char msg[] = "allreduce_perf: a test exceeded the -T timeout; aborting\n";
+  static const char msg[] = "perf: a test exceeded the -T timeout; aborting\n";
   ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
   (void)ignored;
   _exit(3);
@@ -52,9 +52,11 @@ void printUsage(FILE* out, const char* program) {
           "  -n, --iters N         timed iterations per size                    [20]\n"
           "  -w, --warmup_iters N  warm-up iterations per size                  [5]\n"
           "  -c, --check 0|1       verify results on separate check iterations  [1]\n"
-          "  -o, --op OP           sum, prod, max, min, avg or all              [sum]\n"
+          "  -o, --op OP           sum prod max min avg premulsum (mulsum) or all [sum]\n"
+          "                        (reducing collectives; the others print none)\n"
           "  -d, --datatype T      int8 uint8 int32 uint32 int64 uint64 half/float16 bfloat16\n"
-          "                        float/float32 double/float64 or all          [float]\n"
+          "                        float/float32 double/float64 f8e4m3 f8e5m2 or all [float]\n"
+          "  -r, --root R          root of broadcast/reduce/gather/scatter; -1 = every rank [0]\n"
           "  -a, --average 0..3    time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
           "  -T, --timeout SEC     abort a test that runs longer than SEC        [0 = none]\n"
           "  -z, --blocking 0|1    accepted; host calls always block\n"
@@ -79,11 +81,12 @@ struct Placement {
 };
 
 struct Row {
-  size_t bytes;
-  size_t count;
+  CollShape shape;
   collDataType_t type;
   collRedOp_t op;
+  int root;  // -1 when the collective has none
   Placement oop, ip;
+  size_t bytes() const { return shape.extent() * typeSize(type); }
 };
 
 struct AlignedFree {
@@ -102,11 +105,16 @@ void jsonEscape(FILE* f, const std::string& s) {
 
 class Runner {
  public:
-  Runner(const PerfOptions& opts, PerfBackend& backend) : opts_(opts), be_(backend) {}
+  Runner(PerfColl coll, const PerfOptions& opts, PerfBackend& backend)
+      : coll_(coll), info_(collInfo(coll)), opts_(opts), be_(backend) {}
 
   int run() {
     rank_ = be_.rank();
     nranks_ = be_.size();
+    if (info_.rooted && opts_.root >= nranks_) {
+      if (rank_ == 0) fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", info_.name, opts_.root, nranks_);
+      return 2;
+    }
     if (!printPreamble()) return 2;
     size_t bufBytes = std::max<size_t>(opts_.maxBytes, 64);
     bufBytes = (bufBytes + 4095) & ~size_t{4095};
@@ -120,19 +128,34 @@ class Runner {
     memset(recv_.get(), 0, bufBytes);
     if (opts_.timeoutSec > 0) signal(SIGALRM, onAlarm);
 
+    // Collectives without an op run once per type (nccl-tests prints "none").
+    const std::vector<collRedOp_t> noOp{collSum};
+    const std::vector<collRedOp_t>& ops = info_.reduces ? opts_.ops : noOp;
+    int firstRoot = -1, lastRoot = -1;
+    if (info_.rooted) {
+      firstRoot = opts_.root < 0 ? 0 : opts_.root;
+      lastRoot = opts_.root < 0 ? nranks_ - 1 : opts_.root;
+    }
     for (collDataType_t type : opts_.types) {
-      for (collRedOp_t op : opts_.ops) {
-        for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
-          if (opts_.timeoutSec > 0) alarm(static_cast<unsigned>(opts_.timeoutSec));
-          Row row{bytes, bytes / typeSize(type), type, op, {}, {}};
-          if (!runOne(&row)) return 2;
-          if (opts_.timeoutSec > 0) alarm(0);
-          printRow(row);
-          rows_.push_back(row);
-          size_t next = opts_.stepFactor > 1 ? static_cast<size_t>(static_cast<double>(bytes) * opts_.stepFactor)
-                                             : bytes + opts_.stepBytes;
-          if (next <= bytes) break;  // -i 0, or a factor too small to move
-          bytes = next;
+      for (collRedOp_t op : ops) {
+        std::string why = be_.unsupported(coll_, type, info_.reduces ? op : collSum);
+        if (!why.empty()) {
+          if (rank_ == 0) printf("# skipping %s %s on %s: %s\n", typeName(type), info_.reduces ? opName(op) : "none", be_.name(), why.c_str());
+          continue;
+        }
+        for (int root = firstRoot; root <= lastRoot; ++root) {
+          for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
+            if (opts_.timeoutSec > 0) alarm(static_cast<unsigned>(opts_.timeoutSec));
+            Row row{shapeForBytes(coll_, bytes, typeSize(type), nranks_), type, op, root, {}, {}};
+            if (!runOne(&row)) return 2;
+            if (opts_.timeoutSec > 0) alarm(0);
+            printRow(row);
+            rows_.push_back(row);
+            size_t next = opts_.stepFactor > 1 ? static_cast<size_t>(static_cast<double>(bytes) * opts_.stepFactor)
+                                               : bytes + opts_.stepBytes;
+            if (next <= bytes) break;  // -i 0, or a factor too small to move
+            bytes = next;
+          }
         }
       }
     }
@@ -168,41 +191,41 @@ class Runner {
     }
   }
 
+  CollCall callFor(const Row& row, bool inPlace) {
+    return makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_.get(), recv_.get());
+  }
+
   bool timed(const Row& row, bool inPlace, Placement* p) {
     std::string err;
-    const void* src = inPlace ? recv_.get() : send_.get();
+    const CollCall call = callFor(row, inPlace);
     for (int i = 0; i < opts_.warmup; ++i) {
-      if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("warm-up all-reduce", err);
+      if (!be_.run(call, &err)) return fail(std::string("warm-up ") + info_.name, err);
     }
     if (!be_.barrier(&err)) return fail("barrier", err);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < opts_.iters; ++i) {
-      if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("timed all-reduce", err);
+      if (!be_.run(call, &err)) return fail(std::string("timed ") + info_.name, err);
     }
     auto t1 = std::chrono::steady_clock::now();
     double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(opts_.iters, 1);
     if (!reduceTime(us, &p->timeUs)) return false;
-    double bytes = static_cast<double>(row.count * typeSize(row.type));
+    double bytes = algBytes(coll_, row.shape, typeSize(row.type), nranks_);
     p->algBw = p->timeUs > 0 ? bytes / (p->timeUs * 1e-6) / 1e9 : 0;
-    p->busBw = p->algBw * (nranks_ > 1 ? 2.0 * (nranks_ - 1) / nranks_ : 0.0);
+    p->busBw = p->algBw * info_.busFactor(nranks_);
     return true;
   }
 
+  // One separate call on fresh inputs; every rank checks its whole receive (and send) buffer.
   bool verify(const Row& row, bool inPlace, Placement* p) {
     std::string err, first;
-    size_t bytes = row.count * typeSize(row.type);
-    fillInput(recv_.get(), row.count, row.type, row.op, rank_, nranks_);
-    if (!inPlace) {
-      fillInput(send_.get(), row.count, row.type, row.op, rank_, nranks_);
-      memset(recv_.get(), 0xa5, bytes);  // stale data must not pass for a result
-    }
-    const void* src = inPlace ? recv_.get() : send_.get();
-    if (!be_.allReduce(src, recv_.get(), row.count, row.type, row.op, &err)) return fail("check all-reduce", err);
-    size_t wrong = checkResult(recv_.get(), row.count, row.type, row.op, nranks_, &first);
-    if (!inPlace) wrong += checkUnchanged(send_.get(), row.count, row.type, row.op, rank_, nranks_);
+    const CollCall call = callFor(row, inPlace);
+    const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
+    prepareCheck(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed);
+    if (!be_.run(call, &err)) return fail(std::string("check ") + info_.name, err);
+    size_t wrong = checkCall(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed, &first);
     if (wrong > 0) {
-      fprintf(stderr, "rank %d: %s %s %s: %zu wrong; first: %s\n", rank_, inPlace ? "in-place" : "out-of-place",
-              typeName(row.type), opName(row.op), wrong, first.empty() ? "the send buffer was modified" : first.c_str());
+      fprintf(stderr, "rank %d: %s: %zu wrong; first: %s\n", rank_, inPlace ? "in-place" : "out-of-place", wrong,
+              first.c_str());
     }
     return reduceDouble(static_cast<double>(wrong), collSum, &p->wrong);
   }
@@ -249,9 +272,11 @@ class Runner {
     return true;
   }
 
+  const char* opLabel(collRedOp_t op) const { return info_.reduces ? opName(op) : "none"; }
+
   void printRow(const Row& row) {
     if (rank_ != 0) return;
-    printf("%12zu  %12zu  %8s  %6s  %6d", row.count * typeSize(row.type), row.count, typeName(row.type), opName(row.op), -1);
+    printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes(), row.shape.count, typeName(row.type), opLabel(row.op), row.root);
     for (const Placement* p : {&row.oop, &row.ip}) {
       char t[32], w[32];
       if (p->wrong < 0) snprintf(w, sizeof(w), "N/A");
@@ -289,15 +314,15 @@ class Runner {
       fprintf(stderr, "cannot write %s: %s\n", opts_.jsonPath.c_str(), strerror(errno));
       return;
     }
-    fprintf(f, "{\n  \"benchmark\": \"allreduce\",\n  \"backend\": ");
+    fprintf(f, "{\n  \"benchmark\": \"%s\",\n  \"backend\": ", info_.name);
     jsonEscape(f, be_.name());
     fprintf(f, ",\n  \"nranks\": %d,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %d,\n  \"average\": %d,\n",
             nranks_, opts_.iters, opts_.warmup, opts_.check, opts_.average);
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < rows_.size(); ++i) {
       const Row& r = rows_[i];
-      fprintf(f, "    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\"", r.count * typeSize(r.type),
-              r.count, typeName(r.type), opName(r.op));
+      fprintf(f, "    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d", r.bytes(),
+              r.shape.count, typeName(r.type), opLabel(r.op), r.root);
       const char* names[] = {"out_of_place", "in_place"};
       const Placement* ps[] = {&r.oop, &r.ip};
       for (int k = 0; k < 2; ++k) {
@@ -312,6 +337,8 @@ class Runner {
     fclose(f);
   }
 
+  const PerfColl coll_;
+  const CollInfo& info_;
   const PerfOptions& opts_;
   PerfBackend& be_;
   int rank_ = 0, nranks_ = 1;
@@ -386,7 +413,7 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
       }
     } else if (key == "-o" || key == "--op") {
       collRedOp_t op;
-      if (val == "all") opts->ops.assign(std::begin(kAllOps), std::end(kAllOps));
+      if (val == "all") opts->ops.assign(std::begin(kAllOpsPreMul), std::end(kAllOpsPreMul));
       else if (parseOp(val, &op)) opts->ops = {op};
       else return bad();
     } else if (key == "-d" || key == "--datatype") {
@@ -394,6 +421,8 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
       if (val == "all") opts->types.assign(std::begin(kAllTypes), std::end(kAllTypes));
       else if (parseType(val, &t)) opts->types = {t};
       else return bad();
+    } else if (key == "-r" || key == "--root") {
+      if (!toInt(&opts->root) || opts->root < -1) return bad();
     } else if (key == "--json" || key == "-J") {
       opts->jsonPath = val;
     } else {
@@ -405,8 +434,8 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
   return -1;
 }
 
-int runAllReducePerf(const PerfOptions& opts, PerfBackend& backend) {
-  Runner runner(opts, backend);
+int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend) {
+  Runner runner(coll, opts, backend);
   return runner.run();
 }
 

@@ -1,4 +1,4 @@
-// The all-reduce benchmark loop shared by every backend (libcollective, Open MPI): nccl-tests'
+// The benchmark loop shared by every collective and backend (libcollective, Open MPI): nccl-tests'
 // flags, timing, verification, table and JSON in one place, so backends compare like for like.
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/perf_colls.h"
 #include "collective/collective.h"
 
 namespace coll::perf {
@@ -21,6 +22,7 @@ struct PerfOptions {
   int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max over ranks
   int timeoutSec = 0;
   int blocking = 1;
+  int root = 0;  // -1: every root in turn (rooted collectives)
   std::vector<collRedOp_t> ops{collSum};
   std::vector<collDataType_t> types{collFloat32};
   std::string jsonPath;
@@ -35,14 +37,26 @@ class PerfBackend {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* name() const = 0;
-  // Blocking all-reduce; false with a message on failure.
-  virtual bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
-                         std::string* error) = 0;
+  // Why this backend cannot run (coll, type, op) at all, or "" when it can (the row is skipped).
+  virtual std::string unsupported(PerfColl, collDataType_t, collRedOp_t) const { return {}; }
+  // One blocking call; false with a message on failure.
+  virtual bool run(const CollCall& call, std::string* error) = 0;
   virtual bool barrier(std::string* error) = 0;
+
+  bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
+                 std::string* error) {
+    CollCall c;
+    c.send = send;
+    c.recv = recv;
+    c.count = count;
+    c.type = type;
+    c.op = op;
+    return run(c, error);
+  }
 };
 
-// Runs every (type, op, size) of opts and prints the table on rank 0. Returns the process exit
-// code: 0 when every check passed, 1 on wrong results, 2 on communication errors.
-int runAllReducePerf(const PerfOptions& opts, PerfBackend& backend);
+// Runs every (type, op, root, size) of opts for `coll` and prints the table on rank 0. Returns
+// the process exit code: 0 when every check passed, 1 on wrong results, 2 on communication errors.
+int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend);
 
 }  // namespace coll::perf

@@ -1,23 +1,39 @@
-# Tools and benchmarks: the collrun launcher, collinfo, allreduce_perf (libcollective) and
-# allreduce_perf_mpi (Open MPI reference; built only when MPI is found).
+# Tools and benchmarks: the collrun launcher, collinfo, and nccl-tests-style <collective>_perf on
+# libcollective with their <collective>_perf_mpi twins (Open MPI reference; built when MPI is found).
 add_executable(collrun ${CMAKE_CURRENT_LIST_DIR}/collrun.cc)
 
 # Shared benchmark code: public API only, so MPI and libcollective backends run the same loop.
-add_library(coll_perf STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_data.cc ${CMAKE_CURRENT_LIST_DIR}/perf_harness.cc)
+add_library(coll_perf STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_data.cc ${CMAKE_CURRENT_LIST_DIR}/perf_colls.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf_harness.cc)
 target_include_directories(coll_perf PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-
-add_executable(allreduce_perf ${CMAKE_CURRENT_LIST_DIR}/allreduce_perf.cc)
-target_link_libraries(allreduce_perf PRIVATE coll_perf collective)
+# The libcollective backend, shared by the benchmarks and tests/mp.
+add_library(coll_perf_coll STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_backend_coll.cc)
+target_link_libraries(coll_perf_coll PUBLIC coll_perf collective)
 
 add_executable(collinfo ${CMAKE_CURRENT_LIST_DIR}/collinfo.cc)
 target_link_libraries(collinfo PRIVATE collective_internal)
 
+# binary name -> nccl-tests' collective name
+set(COLL_PERF_BINARIES
+  allreduce:all_reduce all_gather:all_gather reduce_scatter:reduce_scatter broadcast:broadcast reduce:reduce
+  alltoall:alltoall sendrecv:sendrecv gather:gather scatter:scatter)
+
 find_package(MPI COMPONENTS C)
-if(MPI_C_FOUND)
-  add_executable(allreduce_perf_mpi ${CMAKE_CURRENT_LIST_DIR}/allreduce_perf_mpi.cc)
-  target_link_libraries(allreduce_perf_mpi PRIVATE coll_perf MPI::MPI_C)
-  # The C API from C++: keep the deprecated MPI C++ bindings out.
-  target_compile_definitions(allreduce_perf_mpi PRIVATE OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
-else()
-  message(STATUS "MPI not found: allreduce_perf_mpi (the reference benchmark) is not built")
+if(NOT MPI_C_FOUND)
+  message(STATUS "MPI not found: the *_perf_mpi reference benchmarks are not built")
 endif()
+foreach(pair ${COLL_PERF_BINARIES})
+  string(REPLACE ":" ";" parts ${pair})
+  list(GET parts 0 bin)
+  list(GET parts 1 coll)
+  add_executable(${bin}_perf ${CMAKE_CURRENT_LIST_DIR}/perf_main.cc)
+  target_link_libraries(${bin}_perf PRIVATE coll_perf_coll)
+  target_compile_definitions(${bin}_perf PRIVATE COLL_PERF_COLL="${coll}" COLL_PERF_PROGRAM="${bin}_perf")
+  if(MPI_C_FOUND)
+    add_executable(${bin}_perf_mpi ${CMAKE_CURRENT_LIST_DIR}/perf_main_mpi.cc)
+    target_link_libraries(${bin}_perf_mpi PRIVATE coll_perf MPI::MPI_C)
+    # The C API from C++: keep the deprecated MPI C++ bindings out.
+    target_compile_definitions(${bin}_perf_mpi PRIVATE COLL_PERF_COLL="${coll}" COLL_PERF_PROGRAM="${bin}_perf_mpi"
+      OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
+  endif()
+endforeach()

@@ -64,8 +64,8 @@ typedef enum {
   collFloat64 = 8,
   collDouble = 8,
   collBfloat16 = 9,
-  collFloat8e4m3 = 10, /* reserved: not yet supported */
-  collFloat8e5m2 = 11, /* reserved: not yet supported */
+  collFloat8e4m3 = 10, /* OCP FP8 E4M3 (reduced in float32, rounded once, saturating) */
+  collFloat8e5m2 = 11, /* OCP FP8 E5M2 */
   collNumTypes = 12
 } collDataType_t;
 
@@ -82,7 +82,8 @@ typedef enum {
 
 /* One stream parameter for both worlds; the buffers decide what it is.
  *  - Host buffers: NULL runs the call now and returns when the result is in the receive buffer;
- *    otherwise a host stream made by the library (later release).
+ *    otherwise a host stream made by collHostStreamCreate: the call is queued and returns at once,
+ *    and the buffers belong to the library until the stream is synchronized.
  *  - GPU buffers (later release): a cudaStream_t exactly as NCCL takes it (0 = CUDA's legacy
  *    default stream). Any object pointer converts to void*, so callers pass cudaStream_t as is. */
 typedef void* collStream_t;
@@ -140,6 +141,64 @@ COLL_API const char* collGetLastError(collComm_t comm);
 COLL_API collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            collDataType_t datatype, collRedOp_t op, collComm_t comm,
                            collStream_t stream);
+
+/* Collectives with NCCL's argument conventions (counts per rank; in place when the pointers are
+ * the ones NCCL defines as in place). */
+COLL_API collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                    int root, collComm_t comm, collStream_t stream);
+COLL_API collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                 collRedOp_t op, int root, collComm_t comm, collStream_t stream);
+/* recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
+COLL_API collResult_t collAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    collDataType_t datatype, collComm_t comm, collStream_t stream);
+/* sendbuff holds nranks * recvcount elements; in place when recvbuff == sendbuff + rank * recvcount. */
+COLL_API collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        collDataType_t datatype, collRedOp_t op, collComm_t comm,
+                                        collStream_t stream);
+/* count elements to and from every rank: buffers hold nranks * count elements. */
+COLL_API collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                   collComm_t comm, collStream_t stream);
+/* The root's recvbuff holds nranks * count elements. */
+COLL_API collResult_t collGather(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                 int root, collComm_t comm, collStream_t stream);
+/* The root's sendbuff holds nranks * count elements. */
+COLL_API collResult_t collScatter(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                  int root, collComm_t comm, collStream_t stream);
+/* Point to point. Inside a group, any mix of sends and receives runs together (no deadlock);
+ * operations between one pair of ranks match in the order they were issued. */
+COLL_API collResult_t collSend(const void* sendbuff, size_t count, collDataType_t datatype, int peer,
+                               collComm_t comm, collStream_t stream);
+COLL_API collResult_t collRecv(void* recvbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                               collStream_t stream);
+/* Returns when every rank has entered the barrier. */
+COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream);
+
+/* PreMulSum: every rank's input is multiplied by *scalar (of `datatype`, read at creation: the
+ * host residence) before the sum. The op is valid for `comm` until collRedOpDestroy. */
+typedef enum { collScalarDevice = 0, collScalarHostImmediate = 1 } collScalarResidence_t;
+COLL_API collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataType_t datatype,
+                                               collScalarResidence_t residence, collComm_t comm);
+COLL_API collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm);
+
+/* Splits comm: ranks with the same color form a new communicator, ordered by key (then by old
+ * rank). COLL_SPLIT_NOCOLOR returns *newcomm = NULL. Collective over comm. */
+#define COLL_SPLIT_NOCOLOR -1
+COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm,
+                                    collConfig_t* config);
+/* ndev communicators of one process (ranks 0..ndev-1), each to be used by its own thread.
+ * devlist is reserved for GPUs and may be NULL for host ranks. */
+COLL_API collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist);
+
+/* Host streams. Work on one stream runs in issue order on the communicators' progress threads
+ * while the caller computes. Work on one communicator runs in the order it was issued (issue it
+ * in the same order on every rank, as with NCCL), whatever its stream. */
+COLL_API collResult_t collHostStreamCreate(collStream_t* stream);
+/* The handle dies at once; work already queued still completes. */
+COLL_API collResult_t collHostStreamDestroy(collStream_t stream);
+/* collSuccess: all queued work is done; collInProgress: some is pending; else the first error. */
+COLL_API collResult_t collHostStreamQuery(collStream_t stream);
+/* Waits for all queued work; returns the first error of the stream's work. */
+COLL_API collResult_t collHostStreamSynchronize(collStream_t stream);
 
 /* Calls between GroupStart and GroupEnd are queued and run at GroupEnd. Groups nest. */
 COLL_API collResult_t collGroupStart(void);

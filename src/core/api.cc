@@ -1,11 +1,13 @@
 // The C API: validates arguments, turns calls into CollArgs for the communicator, and never
 // touches a socket. Handles are indices into a registry with a generation count, so a call on a
 // destroyed communicator is a clean error that never dereferences freed memory.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/collective.h"
@@ -13,11 +15,14 @@
 #include "core/bootstrap.h"
 #include "core/coll_args.h"
 #include "core/comm.h"
+#include "core/config.h"
 #include "core/env_bootstrap.h"
 #include "core/log.h"
 #include "core/socket.h"
 #include "core/status.h"
+#include "core/stream.h"
 #include "exec/schedule.h"
+#include "kernels/reduce.h"
 
 namespace coll {
 namespace {
@@ -97,7 +102,8 @@ Status unregister(collComm_t handle, std::unique_ptr<Comm>* out) {
 
 struct QueuedCall {
   collComm_t comm;
-  CollArgs args;
+  CollArgs args;  // Send/Recv: a point-to-point call (buffer in sendbuff/recvbuff)
+  std::shared_ptr<HostStream> stream;
 };
 thread_local int tGroupDepth = 0;
 thread_local std::vector<QueuedCall> tGroupCalls;
@@ -127,37 +133,107 @@ Status validateConfig(const collConfig_t* config, CommConfig* out) {
   return okStatus();
 }
 
-Status validateAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
-                         collRedOp_t op, collStream_t stream) {
+Status validateType(collDataType_t datatype) {
   if (static_cast<int>(datatype) < 0 || datatype >= collNumTypes) {
     return makeError(collInvalidArgument, "invalid datatype %d", static_cast<int>(datatype));
   }
-  if (datatype == collFloat8e4m3 || datatype == collFloat8e5m2) {
-    return makeError(collInvalidArgument, "float8 datatypes are reserved and not supported yet");
+  return okStatus();
+}
+
+bool reduces(CollKind kind) {
+  return kind == CollKind::AllReduce || kind == CollKind::Reduce || kind == CollKind::ReduceScatter;
+}
+
+// How many elements each buffer of a call holds on this rank (0 = not used here), per NCCL.
+void bufferElements(const CollArgs& a, int rank, int nranks, uint64_t* sendElems, uint64_t* recvElems) {
+  const uint64_t n = static_cast<uint64_t>(nranks), c = a.count;
+  const bool root = rank == a.root;
+  switch (a.kind) {
+    case CollKind::AllReduce: *sendElems = c, *recvElems = c; break;
+    case CollKind::Broadcast: *sendElems = root ? c : 0, *recvElems = c; break;
+    case CollKind::Reduce: *sendElems = c, *recvElems = root ? c : 0; break;
+    case CollKind::AllGather: *sendElems = c, *recvElems = c * n; break;
+    case CollKind::ReduceScatter: *sendElems = c * n, *recvElems = c; break;
+    case CollKind::AlltoAll: *sendElems = c * n, *recvElems = c * n; break;
+    case CollKind::Gather: *sendElems = c, *recvElems = root ? c * n : 0; break;
+    case CollKind::Scatter: *sendElems = root ? c * n : 0, *recvElems = c; break;
+    case CollKind::Send: *sendElems = c, *recvElems = 0; break;
+    case CollKind::Recv: *sendElems = 0, *recvElems = c; break;
+    case CollKind::Barrier: *sendElems = 0, *recvElems = 0; break;
   }
-  if (static_cast<int>(op) < 0 || op >= collNumOps) {
-    return makeError(collInvalidArgument, "invalid reduction op %d", static_cast<int>(op));
+}
+
+// The receive-buffer address at which the send buffer counts as in place (NCCL's rules), or
+// nullptr when the collective has no in-place form other than equal pointers.
+const void* inPlaceSend(const CollArgs& a, int rank, size_t es) {
+  auto at = [&](const void* base, uint64_t block) {
+    return static_cast<const void*>(static_cast<const char*>(base) + block * a.count * es);
+  };
+  switch (a.kind) {
+    case CollKind::AllGather: return at(a.recvbuff, static_cast<uint64_t>(rank));
+    case CollKind::Gather: return rank == a.root ? at(a.recvbuff, static_cast<uint64_t>(a.root)) : nullptr;
+    case CollKind::ReduceScatter: return nullptr;  // checked the other way round below
+    case CollKind::Scatter: return nullptr;
+    default: return a.recvbuff;
   }
-  const size_t es = dataTypeSize(datatype);
-  // Element counts are bounded by the executor's progress encoding (2^40) and byte sizes by size_t.
-  if (count > (static_cast<size_t>(1) << 40) || count > SIZE_MAX / es) {
-    return makeError(collInvalidArgument, "count %zu is too large (at most 2^40 elements)", count);
-  }
-  if (count > 0 && (sendbuff == nullptr || recvbuff == nullptr)) {
-    return makeError(collInvalidArgument, "%s is NULL with count %zu", sendbuff == nullptr ? "sendbuff" : "recvbuff",
-                     count);
-  }
-  if (count > 0 && sendbuff != recvbuff) {
-    uintptr_t s = reinterpret_cast<uintptr_t>(sendbuff), r = reinterpret_cast<uintptr_t>(recvbuff);
-    size_t bytes = count * es;
-    if (s < r + bytes && r < s + bytes) {
-      return makeError(collInvalidArgument,
-                       "sendbuff and recvbuff overlap without being equal (in-place calls pass the same pointer)");
+}
+const void* inPlaceRecv(const CollArgs& a, int rank, size_t es) {
+  auto at = [&](const void* base, uint64_t block) {
+    return static_cast<const void*>(static_cast<const char*>(base) + block * a.count * es);
+  };
+  if (a.kind == CollKind::ReduceScatter) return at(a.sendbuff, static_cast<uint64_t>(rank));
+  if (a.kind == CollKind::Scatter && rank == a.root) return at(a.sendbuff, static_cast<uint64_t>(a.root));
+  return nullptr;
+}
+
+// Validates a call against NCCL's conventions before anything is touched.
+Status validateCall(Comm& comm, const CollArgs& a) {
+  const int nranks = comm.nranks(), rank = comm.rank();
+  const char* what = collKindName(a.kind);
+  if (a.kind != CollKind::Barrier) {
+    COLL_TRY(validateType(a.dtype));
+    if (reduces(a.kind)) {
+      if (static_cast<int>(a.op) < 0) return makeError(collInvalidArgument, "%s: invalid reduction op %d", what, a.op);
+      if (a.op >= collNumOps) COLL_TRY(comm.checkUserOp(a.op, a.dtype));
     }
   }
-  if (stream != nullptr) {
-    return makeError(collInvalidUsage,
-                     "host streams are not supported in this release: pass NULL to run the call now");
+  if (a.kind == CollKind::Broadcast || a.kind == CollKind::Reduce || a.kind == CollKind::Gather ||
+      a.kind == CollKind::Scatter) {
+    if (a.root < 0 || a.root >= nranks) {
+      return makeError(collInvalidArgument, "%s: root %d is out of range for %d ranks", what, a.root, nranks);
+    }
+  }
+  if (a.kind == CollKind::Send || a.kind == CollKind::Recv) {
+    if (a.peer < 0 || a.peer >= nranks) {
+      return makeError(collInvalidArgument, "%s: peer %d is out of range for %d ranks", what, a.peer, nranks);
+    }
+  }
+  const size_t es = dataTypeSize(a.dtype);
+  // Element counts are bounded by the executor's progress encoding (2^40) and byte sizes by size_t.
+  const uint64_t maxElems = static_cast<uint64_t>(1) << 40;
+  if (a.count > maxElems || a.count * static_cast<uint64_t>(nranks) > maxElems || a.count > SIZE_MAX / es / nranks) {
+    return makeError(collInvalidArgument, "%s: count %llu is too large (at most 2^40 elements per buffer)", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  uint64_t sendElems = 0, recvElems = 0;
+  bufferElements(a, rank, nranks, &sendElems, &recvElems);
+  if (sendElems > 0 && a.sendbuff == nullptr) {
+    return makeError(collInvalidArgument, "%s: sendbuff is NULL with count %llu", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  if (recvElems > 0 && a.recvbuff == nullptr) {
+    return makeError(collInvalidArgument, "%s: recvbuff is NULL with count %llu", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  if (sendElems > 0 && recvElems > 0 && a.sendbuff != a.recvbuff) {
+    uintptr_t s = reinterpret_cast<uintptr_t>(a.sendbuff), r = reinterpret_cast<uintptr_t>(a.recvbuff);
+    uint64_t sb = sendElems * es, rb = recvElems * es;
+    bool overlap = s < r + rb && r < s + sb;
+    bool inPlace = a.sendbuff == inPlaceSend(a, rank, es) || a.recvbuff == inPlaceRecv(a, rank, es);
+    if (overlap && !inPlace) {
+      return makeError(collInvalidArgument,
+                       "%s: sendbuff and recvbuff overlap without being NCCL's in-place layout", what);
+    }
   }
   return okStatus();
 }
@@ -175,6 +251,136 @@ Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, c
   return okStatus();
 }
 
+
+Comm::P2pCall p2pCall(const CollArgs& a) {
+  const bool send = a.kind == CollKind::Send;
+  return Comm::P2pCall{send, a.peer, send ? const_cast<void*>(a.sendbuff) : a.recvbuff,
+                       a.count * dataTypeSize(a.dtype)};
+}
+
+bool isP2p(const CollArgs& a) { return a.kind == CollKind::Send || a.kind == CollKind::Recv; }
+
+// Zero-count collectives are no-ops (a barrier always runs).
+bool worthRunning(const CollArgs& a) { return a.count > 0 || a.kind == CollKind::Barrier || isP2p(a); }
+
+// Runs a communicator's work now (NULL stream) or queues it on a host stream.
+Status dispatch(Comm& comm, Comm::Work work, const std::shared_ptr<HostStream>& stream) {
+  if (!stream) return comm.runNow(std::move(work));
+  work.stream = stream;
+  work.ticket = stream->enqueue();
+  Status s = comm.enqueue(std::move(work));
+  if (!s.ok()) stream->complete(work.ticket, s);
+  return s;
+}
+
+// Runs one call now, or queues it inside a group.
+collResult_t submit(collComm_t handle, const CollArgs& args, collStream_t stream) {
+  Comm* c = nullptr;
+  Status s = lookup(handle, &c);
+  if (!s.ok()) return report(s);
+  s = validateCall(*c, args);
+  std::shared_ptr<HostStream> hostStream;
+  if (s.ok() && stream != nullptr) s = findHostStream(stream, &hostStream);
+  if (!s.ok()) return report(s, c->rank());
+  if (tGroupDepth > 0) {
+    tGroupCalls.push_back(QueuedCall{handle, args, std::move(hostStream)});
+    return collSuccess;
+  }
+  if (!worthRunning(args)) return collSuccess;
+  Comm::Work work;
+  if (isP2p(args)) work.p2p.push_back(p2pCall(args));
+  else work.collectives.push_back(args);
+  return report(dispatch(*c, std::move(work), hostStream), c->rank());
+}
+
+// A group: per communicator (in order of first appearance), its collectives in issue order
+// (every rank issues them in the same order), then its point-to-point calls as one batch that
+// progresses together, so any mix of sends and receives completes. All calls of a group share
+// one stream (or none).
+Status runGroup(std::vector<QueuedCall>& calls) {
+  if (calls.empty()) return okStatus();
+  for (const QueuedCall& call : calls) {
+    if (call.stream != calls.front().stream) {
+      return makeError(collInvalidUsage, "the calls of one group must use the same stream");
+    }
+  }
+  std::vector<collComm_t> comms;
+  for (const QueuedCall& call : calls) {
+    if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
+  }
+  Status first;
+  for (collComm_t handle : comms) {
+    Comm::Work work;
+    for (const QueuedCall& call : calls) {
+      if (call.comm != handle || !worthRunning(call.args)) continue;
+      if (isP2p(call.args)) work.p2p.push_back(p2pCall(call.args));
+      else work.collectives.push_back(call.args);
+    }
+    Comm* c = nullptr;
+    Status s = lookup(handle, &c);
+    if (s.ok()) s = dispatch(*c, std::move(work), calls.front().stream);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+// The PreMulSum scalar of `dtype` at `scalar`, as a double.
+bool scalarToDouble(const void* scalar, collDataType_t dtype, double* out) {
+  switch (dtype) {
+    case collInt8: *out = *static_cast<const int8_t*>(scalar); return true;
+    case collUint8: *out = *static_cast<const uint8_t*>(scalar); return true;
+    case collInt32: *out = *static_cast<const int32_t*>(scalar); return true;
+    case collUint32: *out = *static_cast<const uint32_t*>(scalar); return true;
+    case collInt64: *out = static_cast<double>(*static_cast<const int64_t*>(scalar)); return true;
+    case collUint64: *out = static_cast<double>(*static_cast<const uint64_t*>(scalar)); return true;
+    case collFloat16: *out = kernels::halfToFloat(*static_cast<const uint16_t*>(scalar)); return true;
+    case collBfloat16: *out = kernels::bfloat16ToFloat(*static_cast<const uint16_t*>(scalar)); return true;
+    case collFloat32: *out = *static_cast<const float*>(scalar); return true;
+    case collFloat64: *out = *static_cast<const double*>(scalar); return true;
+    case collFloat8e4m3: *out = kernels::fp8e4m3ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
+    case collFloat8e5m2: *out = kernels::fp8e5m2ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
+    default: return false;
+  }
+}
+
+// collCommSplit over the parent's own collectives: an all-gather of (color, key); each color's
+// new rank 0 starts a rendezvous; an all-gather of the unique ids tells every member its id.
+Status splitComm(Comm& parent, int color, int key, const CommConfig& config, collComm_t* out) {
+  const int n = parent.nranks(), me = parent.rank();
+  std::vector<int32_t> mine = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(n));
+  CollArgs gather;
+  gather.kind = CollKind::AllGather, gather.sendbuff = mine.data(), gather.recvbuff = all.data();
+  gather.count = 2, gather.dtype = collInt32;
+  Comm::Work colors;
+  colors.collectives.push_back(gather);
+  COLL_TRY(parent.runNow(std::move(colors)).withContext("collCommSplit: exchanging colors"));
+  std::vector<int> members;  // old ranks of my color, in new-rank order
+  if (color != COLL_SPLIT_NOCOLOR) {
+    for (int r = 0; r < n; ++r) {
+      if (all[2 * r] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  }
+  const int newRank =
+      color == COLL_SPLIT_NOCOLOR ? -1 : static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  collUniqueId myId;
+  memset(&myId, 0, sizeof(myId));
+  if (newRank == 0) {
+    Secret secret;
+    COLL_TRY(randomSecret(&secret));
+    COLL_TRY(startBootstrapRoot(SocketAddress{}, &secret, &myId).withContext("collCommSplit: starting the rendezvous"));
+  }
+  std::vector<collUniqueId> ids(static_cast<size_t>(n));
+  CollArgs idGather;
+  idGather.kind = CollKind::AllGather, idGather.sendbuff = &myId, idGather.recvbuff = ids.data();
+  idGather.count = sizeof(collUniqueId), idGather.dtype = collUint8;
+  Comm::Work idWork;
+  idWork.collectives.push_back(idGather);
+  COLL_TRY(parent.runNow(std::move(idWork)).withContext("collCommSplit: exchanging rendezvous ids"));
+  if (color == COLL_SPLIT_NOCOLOR) return okStatus();
+  return initComm(out, static_cast<int>(members.size()), ids[members[0]], newRank, config);
+}
 }  // namespace
 }  // namespace coll
 
@@ -297,24 +503,140 @@ const char* collGetLastError(collComm_t comm) {
 
 collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                            collRedOp_t op, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op;
+  return submit(comm, a, stream);
+}
+
+collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                           collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Broadcast, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, collRedOp_t op,
+                        int root, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Reduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collDataType_t datatype,
+                           collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllGather, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = sendcount;
+  a.dtype = datatype;
+  return submit(comm, a, stream);
+}
+
+collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collDataType_t datatype,
+                               collRedOp_t op, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::ReduceScatter, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = recvcount;
+  a.dtype = datatype, a.op = op;
+  return submit(comm, a, stream);
+}
+
+collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                          collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AlltoAll, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype;
+  return submit(comm, a, stream);
+}
+
+collResult_t collGather(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                        collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Gather, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collScatter(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                         collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Scatter, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collSend(const void* sendbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                      collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Send, a.sendbuff = sendbuff, a.count = count, a.dtype = datatype, a.peer = peer;
+  return submit(comm, a, stream);
+}
+
+collResult_t collRecv(void* recvbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                      collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Recv, a.recvbuff = recvbuff, a.count = count, a.dtype = datatype, a.peer = peer;
+  return submit(comm, a, stream);
+}
+
+collResult_t collBarrier(collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Barrier, a.dtype = collUint8, a.count = 0;
+  return submit(comm, a, stream);
+}
+
+collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataType_t datatype,
+                                      collScalarResidence_t residence, collComm_t comm) {
   Comm* c = nullptr;
   Status s = lookup(comm, &c);
   if (!s.ok()) return report(s);
-  s = validateAllReduce(sendbuff, recvbuff, count, datatype, op, stream);
-  if (!s.ok()) return report(s, c->rank());
-  CollArgs args;
-  args.kind = CollKind::AllReduce;
-  args.sendbuff = sendbuff;
-  args.recvbuff = recvbuff;
-  args.count = count;
-  args.dtype = datatype;
-  args.op = op;
-  if (tGroupDepth > 0) {
-    tGroupCalls.push_back(QueuedCall{comm, args});
-    return collSuccess;
+  if (op == nullptr || scalar == nullptr) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: %s is NULL", op ? "scalar" : "op"));
   }
-  if (count == 0) return collSuccess;
-  return report(c->allReduce(args), c->rank());
+  s = validateType(datatype);
+  if (!s.ok()) return report(s, c->rank());
+  if (residence != collScalarHostImmediate) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: host buffers need "
+                            "collScalarHostImmediate (the scalar is read now)"), c->rank());
+  }
+  double value = 0;
+  if (!scalarToDouble(scalar, datatype, &value)) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: datatype %d has no scalar form", datatype),
+                  c->rank());
+  }
+  return report(c->createPreMulSum(value, datatype, op), c->rank());
+}
+
+collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  return report(c->destroyRedOp(op), c->rank());
+}
+
+collResult_t collHostStreamCreate(collStream_t* stream) {
+  if (stream == nullptr) return report(makeError(collInvalidArgument, "collHostStreamCreate: stream is NULL"));
+  return report(createHostStream(stream));
+}
+
+collResult_t collHostStreamDestroy(collStream_t stream) { return report(destroyHostStream(stream)); }
+
+collResult_t collHostStreamQuery(collStream_t stream) {
+  std::shared_ptr<HostStream> s;
+  Status st = findHostStream(stream, &s);
+  if (!st.ok()) return report(st);
+  std::string message;
+  collResult_t r = s->query(&message);
+  if (r != collSuccess && r != collInProgress) tLastError = message;
+  return r;
+}
+
+collResult_t collHostStreamSynchronize(collStream_t stream) {
+  std::shared_ptr<HostStream> s;
+  Status st = findHostStream(stream, &s);
+  if (!st.ok()) return report(st);
+  // Each queued operation has its own deadline; this bounds the wait for all of them.
+  return report(s->synchronize(Deadline::afterMs(4 * defaultTimeoutMs())));
 }
 
 collResult_t collGroupStart(void) {
@@ -327,15 +649,50 @@ collResult_t collGroupEnd(void) {
   if (--tGroupDepth > 0) return collSuccess;
   std::vector<QueuedCall> calls;
   calls.swap(tGroupCalls);
-  // Every rank queued the same calls in the same order, so running them in order cannot deadlock.
-  collResult_t first = collSuccess;
-  for (const QueuedCall& call : calls) {
-    Comm* c = nullptr;
-    Status s = lookup(call.comm, &c);
-    if (s.ok() && call.args.count > 0) s = c->allReduce(call.args);
-    if (!s.ok() && first == collSuccess) first = report(s, c ? c->rank() : -1);
+  return report(runGroup(calls));
+}
+
+collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm, collConfig_t* config) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (newcomm == nullptr) return report(makeError(collInvalidArgument, "collCommSplit: newcomm is NULL"), c->rank());
+  *newcomm = nullptr;
+  if (color < 0 && color != COLL_SPLIT_NOCOLOR) {
+    return report(makeError(collInvalidArgument, "collCommSplit: color %d must be >= 0 or COLL_SPLIT_NOCOLOR", color),
+                  c->rank());
   }
-  return first;
+  CommConfig cc = c->config();
+  s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s, c->rank());
+  return report(splitComm(*c, color, key, cc, newcomm), c->rank());
+}
+
+collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist) {
+  (void)devlist;  // host ranks: no devices to bind
+  if (comms == nullptr) return report(makeError(collInvalidArgument, "collCommInitAll: comms is NULL"));
+  if (ndev < 1) return report(makeError(collInvalidArgument, "collCommInitAll: ndev %d must be >= 1", ndev));
+  collUniqueId id;
+  Secret secret;
+  Status s = randomSecret(&secret);
+  if (s.ok()) s = startBootstrapRoot(SocketAddress{}, &secret, &id);
+  if (!s.ok()) return report(s);
+  std::vector<Status> results(ndev);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ndev; ++r) {
+    threads.emplace_back([&, r] { results[r] = initComm(&comms[r], ndev, id, r, CommConfig{}); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ndev; ++r) {
+    if (!results[r].ok()) {
+      for (int q = 0; q < ndev; ++q) {
+        if (results[q].ok()) (void)collCommDestroy(comms[q]);
+        comms[q] = nullptr;
+      }
+      return report(results[r], r);
+    }
+  }
+  return collSuccess;
 }
 
 }  // extern "C"

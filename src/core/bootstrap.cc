@@ -495,6 +495,11 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
               from.c_str(), st.message().c_str());
     return;
   }
+  // Acknowledge before filing: once filed, the receiver may finish and close this listener, and
+  // the sender must not see that as a lost message.
+  if (!s.sendAll(ok, sizeof(ok), hs).ok()) {
+    COLL_WARN(rank_, "bootstrap listener: could not acknowledge a message from rank %d at %s", fromRank, from.c_str());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (type == kHelloTable) {
@@ -504,7 +509,6 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
     }
   }
   cv_.notify_all();
-  (void)s.sendAll(ok, sizeof(ok), hs);
 }
 
 Status BootstrapImpl::init(uint64_t hostHash, Deadline deadline) {

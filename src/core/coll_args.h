@@ -7,7 +7,20 @@
 
 namespace coll {
 
-enum class CollKind : uint8_t { AllReduce };
+enum class CollKind : uint8_t {
+  AllReduce,
+  Broadcast,
+  Reduce,
+  AllGather,      // count = elements each rank contributes (NCCL's sendcount)
+  ReduceScatter,  // count = elements each rank receives (NCCL's recvcount)
+  AlltoAll,       // count = elements to and from each rank
+  Gather,         // count = elements each rank contributes
+  Scatter,        // count = elements each rank receives
+  Send,
+  Recv,
+  Barrier,
+};
+const char* collKindName(CollKind kind);
 
 struct CollArgs {
   CollKind kind = CollKind::AllReduce;
@@ -16,7 +29,8 @@ struct CollArgs {
   uint64_t count = 0;  // elements (per rank, as NCCL counts them for this collective)
   collDataType_t dtype = collFloat32;
   collRedOp_t op = collSum;
-  int32_t root = -1;
+  int32_t root = -1;  // Broadcast, Reduce, Gather, Scatter
+  int32_t peer = -1;  // Send, Recv
   bool inPlace() const { return sendbuff == recvbuff; }
 };
 

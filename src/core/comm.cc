@@ -8,12 +8,14 @@
 #include "algorithms/algorithms.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "kernels/reduce.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {
 
 Comm::~Comm() {
+  stopProgressThread();
   // Connections first (they may reference shared memory), then the host segments, then the
   // bootstrap (its listener thread).
   connections_.clear();
@@ -31,6 +33,7 @@ Status Comm::create(const collUniqueId& id, int nranks, int rank, const CommConf
 }
 
 Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig& config) {
+  config_ = config;
   timeoutMs_ = config.timeoutMs > 0 ? config.timeoutMs : defaultTimeoutMs();
   name_ = config.commName;
   Deadline deadline = Deadline::afterMs(timeoutMs_);
@@ -87,6 +90,14 @@ void Comm::fail(const Status& status) {
 
 void Comm::abort() {
   aborted_.store(true);
+  {
+    // Queued work that has not started is dropped: its streams learn of the abort.
+    std::lock_guard<std::mutex> lock(queueMu_);
+    for (Work& w : queue_) {
+      if (w.stream) w.stream->complete(w.ticket, Status(collRemoteError, "the communicator was aborted"));
+    }
+    queue_.clear();
+  }
   if (bootstrap_) bootstrap_->abort();
   fail(Status(collRemoteError, "the communicator was aborted"));
 }
@@ -143,7 +154,7 @@ void Comm::notifyPeers() {
 }
 
 Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
-  PlanKey key{args.count, args.dtype, args.op, choice.algo};
+  PlanKey key{args.kind, args.count, args.dtype, args.op, args.root, choice.algo};
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
     if (it->key == key) {
       if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
@@ -159,15 +170,43 @@ Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
   PlanEntry& entry = plans_.front();
   entry.key = key;
   entry.schedule.clear();
-  if (choice.algo == AlgoId::Direct) {
-    DirectOptions options;
-    options.windowHalfBytes = plannerInputs_.windowHalfBytes;
-    options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
-    buildDirectAllReduce(topo_, args, options, &entry.schedule);
-  } else {
-    buildRingAllReduce(topo_, args, &entry.schedule);
-  }
+  buildPlan(args, choice, &entry.schedule);
   return entry;
+}
+
+void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
+  switch (args.kind) {
+    case CollKind::AllReduce:
+      if (choice.algo == AlgoId::Direct) {
+        DirectOptions options;
+        options.windowHalfBytes = plannerInputs_.windowHalfBytes;
+        options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
+        buildDirectAllReduce(topo_, args, options, out);
+      } else {
+        buildRingAllReduce(topo_, args, out);
+      }
+      return;
+    case CollKind::Broadcast:
+      if (choice.algo == AlgoId::Tree) buildTreeBroadcast(topo_, args, out);
+      else buildRingBroadcast(topo_, args, out);
+      return;
+    case CollKind::Reduce:
+      if (choice.algo == AlgoId::Tree) buildTreeReduce(topo_, args, out);
+      else buildRingReduce(topo_, args, out);
+      return;
+    case CollKind::AllGather:
+      if (choice.algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
+      else buildRingAllGather(topo_, args, out);
+      return;
+    case CollKind::ReduceScatter: buildRingReduceScatter(topo_, args, out); return;
+    case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); return;
+    case CollKind::Gather: buildLinearGather(topo_, args, out); return;
+    case CollKind::Scatter: buildLinearScatter(topo_, args, out); return;
+    case CollKind::Barrier: buildDisseminationBarrier(topo_, out); return;
+    case CollKind::Send:
+    case CollKind::Recv:
+      break;  // point-to-point calls go through pointToPoint()
+  }
 }
 
 Status Comm::runPlan(PlanEntry& plan, const void* send, void* recv) {
@@ -177,16 +216,32 @@ Status Comm::runPlan(PlanEntry& plan, const void* send, void* recv) {
   return runToCompletion(plan.execution, *this, callDeadline(), waitPolicy_);
 }
 
-Status Comm::allReduce(const CollArgs& args) {
+Status Comm::collective(const CollArgs& args) {
   if (asyncError_.load() != collSuccess) {
     return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
                      failureMessage_.c_str());
   }
+  CollArgs call = args;
+  double scalar = 1.0;
+  if (preMulSumScalar(args.op, &scalar)) {
+    // PreMulSum: scale this rank's contribution once, then sum. The staging buffer only grows.
+    uint64_t elements = args.count;
+    if (args.kind == CollKind::ReduceScatter) elements *= static_cast<uint64_t>(topo_.nranks);
+    const size_t bytes = elements * dataTypeSize(args.dtype);
+    if (preMulStaging_.size() < bytes) preMulStaging_.resize(bytes);
+    kernels::scale(preMulStaging_.data(), args.sendbuff, elements, args.dtype, scalar);
+    call.sendbuff = preMulStaging_.data();
+    call.op = collSum;
+  }
   PlanChoice choice;
-  COLL_TRY(planAllReduce(plannerInputs_, args, &choice));
-  COLL_TRACE(rank(), "allreduce seq %llu count %llu dtype %d op %d: %s, predicted %.1f us",
-             static_cast<unsigned long long>(seq_ + 1), static_cast<unsigned long long>(args.count), args.dtype,
-             args.op, algoName(choice.algo), choice.predictedSeconds * 1e6);
+  COLL_TRY(planCollective(plannerInputs_, call, &choice));
+  COLL_TRACE(rank(), "%s seq %llu count %llu dtype %d op %d root %d: %s, predicted %.1f us", collKindName(call.kind),
+             static_cast<unsigned long long>(seq_ + 1), static_cast<unsigned long long>(call.count), call.dtype,
+             call.op, call.root, algoName(choice.algo), choice.predictedSeconds * 1e6);
+  return runChecked(call, choice);
+}
+
+Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
   Status status;
   const size_t es = dataTypeSize(args.dtype);
   if (choice.roundElems == 0 || args.count <= choice.roundElems) {
@@ -202,14 +257,166 @@ Status Comm::allReduce(const CollArgs& args) {
     }
   }
   if (!status.ok()) {
-    Status annotated = status.withContext("rank " + std::to_string(rank()) + ": allreduce (call " +
-                                          std::to_string(seq_) + ", " + std::to_string(args.count) + " elements)");
+    Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + collKindName(args.kind) +
+                                          " (call " + std::to_string(seq_) + ", " + std::to_string(args.count) +
+                                          " elements)");
     if (status.code() == collRemoteError || status.code() == collTimeout || status.code() == collSystemError) {
       fail(annotated);
     }
     return annotated;
   }
   return okStatus();
+}
+
+Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
+  if (asyncError_.load() != collSuccess) {
+    return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
+                     failureMessage_.c_str());
+  }
+  p2pOps_.clear();
+  p2pBuffers_.clear();
+  for (size_t i = 0; i < ncalls; ++i) {
+    p2pOps_.push_back(P2pOp{calls[i].send, calls[i].peer, calls[i].bytes});
+    p2pBuffers_.push_back(calls[i].buffer);
+  }
+  // Receives that overwrite a buffer a send of this batch still reads (in-place sendrecv).
+  p2pAliases_.clear();
+  for (size_t r = 0; r < ncalls; ++r) {
+    if (calls[r].send || calls[r].bytes == 0) continue;
+    const auto* rb = static_cast<const std::byte*>(calls[r].buffer);
+    for (size_t w = 0; w < ncalls; ++w) {
+      if (!calls[w].send || calls[w].bytes == 0) continue;
+      const auto* sb = static_cast<const std::byte*>(calls[w].buffer);
+      if (rb < sb + calls[w].bytes && sb < rb + calls[r].bytes) {
+        p2pAliases_.push_back(P2pAlias{static_cast<int32_t>(r), static_cast<int32_t>(w), rb == sb});
+      }
+    }
+  }
+  p2pSchedule_.clear();
+  buildP2pBatch(topo_, p2pOps_.data(), p2pOps_.size(), &p2pSchedule_, p2pAliases_.data(), p2pAliases_.size());
+  ++seq_;
+  ExecBuffers buffers;
+  buffers.extra = p2pBuffers_.data();
+  buffers.nextra = p2pBuffers_.size();
+  Status status = p2pExecution_.start(p2pSchedule_, buffers, *this, seq_);
+  if (status.ok()) status = runToCompletion(p2pExecution_, *this, callDeadline(), waitPolicy_);
+  if (!status.ok()) {
+    Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + std::to_string(ncalls) +
+                                          " point-to-point call(s) (call " + std::to_string(seq_) + ")");
+    if (status.code() == collRemoteError || status.code() == collTimeout || status.code() == collSystemError) {
+      fail(annotated);
+    }
+    return annotated;
+  }
+  return okStatus();
+}
+
+Status Comm::createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op) {
+  size_t index = 0;
+  while (index < userOps_.size() && userOps_[index].live) ++index;
+  if (index == userOps_.size()) {
+    if (userOps_.size() >= 1024) {
+      return makeError(collInvalidUsage, "too many live PreMulSum ops (1024) on this communicator; destroy unused ones");
+    }
+    userOps_.emplace_back();
+  }
+  userOps_[index] = UserOp{true, dtype, scalar};
+  *op = static_cast<collRedOp_t>(collNumOps + static_cast<int>(index));
+  return okStatus();
+}
+
+Status Comm::destroyRedOp(collRedOp_t op) {
+  int index = static_cast<int>(op) - collNumOps;
+  if (index < 0 || index >= static_cast<int>(userOps_.size()) || !userOps_[index].live) {
+    return makeError(collInvalidArgument, "reduction op %d is not a live user op of this communicator",
+                     static_cast<int>(op));
+  }
+  userOps_[index].live = false;
+  return okStatus();
+}
+
+Status Comm::checkUserOp(collRedOp_t op, collDataType_t dtype) const {
+  int index = static_cast<int>(op) - collNumOps;
+  if (index < 0 || index >= static_cast<int>(userOps_.size()) || !userOps_[index].live) {
+    return makeError(collInvalidArgument, "reduction op %d is neither a built-in op nor a live PreMulSum op of this "
+                     "communicator", static_cast<int>(op));
+  }
+  if (userOps_[index].dtype != dtype) {
+    return makeError(collInvalidArgument, "PreMulSum op %d was created for datatype %d, used with datatype %d",
+                     static_cast<int>(op), userOps_[index].dtype, dtype);
+  }
+  return okStatus();
+}
+
+bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
+  int index = static_cast<int>(op) - collNumOps;
+  if (index < 0 || index >= static_cast<int>(userOps_.size()) || !userOps_[index].live) return false;
+  *scalar = userOps_[index].scalar;
+  return true;
+}
+
+Status Comm::execute(const Work& work) {
+  Status first;
+  for (const CollArgs& args : work.collectives) {
+    Status s = collective(args);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  if (!work.p2p.empty()) {
+    Status s = pointToPoint(work.p2p.data(), work.p2p.size());
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Comm::enqueue(Work work) {
+  std::lock_guard<std::mutex> lock(queueMu_);
+  if (aborted_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
+  if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressLoop(); });
+  queue_.push_back(std::move(work));
+  queueCv_.notify_one();
+  return okStatus();
+}
+
+Status Comm::runNow(Work work) {
+  bool threaded;
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    threaded = progressThread_.joinable();
+  }
+  if (!threaded) return execute(work);
+  // A private stream carries the completion of this one piece of work.
+  auto done = std::make_shared<HostStream>();
+  work.stream = done;
+  work.ticket = done->enqueue();
+  COLL_TRY(enqueue(std::move(work)));
+  return done->synchronize(Deadline::afterMs(timeoutMs_ * 2));
+}
+
+void Comm::progressLoop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock<std::mutex> lock(queueMu_);
+      queueCv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status status;
+    if (work.stream) status = work.stream->waitTurn(work.ticket, callDeadline());
+    if (status.ok()) status = execute(work);
+    if (!status.ok()) COLL_WARN(rank(), "stream-ordered work failed: %s", status.message().c_str());
+    if (work.stream) work.stream->complete(work.ticket, status);
+  }
+}
+
+void Comm::stopProgressThread() {
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    stopping_ = true;
+    queueCv_.notify_all();
+  }
+  if (progressThread_.joinable()) progressThread_.join();
 }
 
 }  // namespace coll

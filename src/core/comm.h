@@ -4,7 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <thread>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -12,11 +15,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "algorithms/algorithms.h"
 #include "core/bootstrap.h"
 #include "core/coll_args.h"
 #include "core/deadline.h"
 #include "core/planner.h"
 #include "core/status.h"
+#include "core/stream.h"
 #include "exec/executor.h"
 #include "exec/schedule.h"
 #include "topo/topology.h"
@@ -42,8 +47,43 @@ class Comm final : public Links {
   int nranks() const { return topo_.nranks; }
   const Topology& topology() const { return topo_; }
 
-  // Blocking host All-Reduce (the caller's thread runs the executor).
-  Status allReduce(const CollArgs& args);
+  // Blocking host collective (the caller's thread runs the executor).
+  Status collective(const CollArgs& args);
+
+  // A batch of point-to-point calls (one group, or one call alone): all progress together.
+  struct P2pCall {
+    bool send;
+    int32_t peer;
+    void* buffer;
+    uint64_t bytes;
+  };
+  Status pointToPoint(const P2pCall* calls, size_t ncalls);
+
+  // PreMulSum ops of this communicator: collNumOps + index.
+  Status createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op);
+  Status destroyRedOp(collRedOp_t op);
+  // True for a live PreMulSum op of this communicator (sets *scalar).
+  bool preMulSumScalar(collRedOp_t op, double* scalar) const;
+  // A user op (>= collNumOps) must be live here and made for `dtype`.
+  Status checkUserOp(collRedOp_t op, collDataType_t dtype) const;
+
+  // Stream-ordered work: one group (or one call) for this communicator. It runs on the
+  // communicator's progress thread, started on first use, in issue order (every rank issues
+  // work on a communicator in the same order, as NCCL requires); `stream` orders it against
+  // other work on the same stream and reports completion.
+  struct Work {
+    std::vector<CollArgs> collectives;
+    std::vector<P2pCall> p2p;
+    std::shared_ptr<HostStream> stream;
+    uint64_t ticket = 0;
+  };
+  Status enqueue(Work work);
+  // Runs work now on this thread, or, once a progress thread exists, through it (so calls on
+  // one communicator never run concurrently) and waits.
+  Status runNow(Work work);
+
+  const CommConfig& config() const { return config_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
 
   // Stops every wait (peers may still be waiting for us: they will see the failure).
   void abort();
@@ -68,7 +108,12 @@ class Comm final : public Links {
   Status runPlan(PlanEntry& plan, const void* send, void* recv);
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice);
+  void buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const;
+  Status runChecked(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
+  Status execute(const Work& work);
+  void progressLoop();
+  void stopProgressThread();
 
   enum class TransportKind { Auto, Shm, Tcp };
 
@@ -85,9 +130,11 @@ class Comm final : public Links {
   WaitPolicy waitPolicy_;
 
   struct PlanKey {
+    CollKind kind;
     uint64_t count;
     collDataType_t dtype;
     collRedOp_t op;
+    int32_t root;
     AlgoId algo;
     bool operator==(const PlanKey&) const = default;
   };
@@ -100,6 +147,28 @@ class Comm final : public Links {
   std::list<PlanEntry> plans_;  // most recently used first, at most kMaxPlans
   static constexpr size_t kMaxPlans = 16;
 
+  // Point-to-point batches: rebuilt per call into kept storage.
+  Schedule p2pSchedule_;
+  Execution p2pExecution_;
+  std::vector<P2pOp> p2pOps_;
+  std::vector<void*> p2pBuffers_;
+  std::vector<P2pAlias> p2pAliases_;
+
+  struct UserOp {
+    bool live = false;
+    collDataType_t dtype = collFloat32;
+    double scalar = 1.0;
+  };
+  std::vector<UserOp> userOps_;
+  std::vector<std::byte> preMulStaging_;  // scaled copy of the send buffer (PreMulSum)
+
+  std::mutex queueMu_;
+  std::condition_variable queueCv_;
+  std::deque<Work> queue_;
+  bool stopping_ = false;
+  std::thread progressThread_;
+
+  CommConfig config_;
   std::atomic<collResult_t> asyncError_{collSuccess};
   std::string failureMessage_;
   std::atomic<bool> aborted_{false};

@@ -14,6 +14,11 @@ const char* algoName(AlgoId algo) {
   switch (algo) {
     case AlgoId::Ring: return "ring";
     case AlgoId::Direct: return "direct";
+    case AlgoId::Tree: return "tree";
+    case AlgoId::Bruck: return "bruck";
+    case AlgoId::Pairwise: return "pairwise";
+    case AlgoId::Linear: return "linear";
+    case AlgoId::Dissemination: return "dissemination";
   }
   return "?";
 }
@@ -102,6 +107,84 @@ Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* 
   } else {
     c.algo = AlgoId::Ring;
     c.predictedSeconds = predictRing(in, bytes);
+  }
+  *out = c;
+  return okStatus();
+}
+
+namespace {
+
+// The slowest link class a call crosses.
+const LinkCost& slowestLink(const PlannerInputs& in) {
+  return in.topo->singleHost() ? in.intraHost : in.interHost;
+}
+
+double log2Ceil(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+
+}  // namespace
+
+double predictTree(const PlannerInputs& in, uint64_t bytes) {
+  const LinkCost& l = slowestLink(in);
+  return log2Ceil(in.topo->nranks) * (l.alpha + static_cast<double>(bytes) * l.beta);
+}
+
+double predictChain(const PlannerInputs& in, uint64_t bytes) {
+  // Pipelined: p-1 hops of latency, the data crosses each link once, in parallel.
+  const LinkCost& l = slowestLink(in);
+  return (in.topo->nranks - 1) * l.alpha + static_cast<double>(bytes) * l.beta;
+}
+
+double predictBruck(const PlannerInputs& in, uint64_t blockBytes) {
+  const LinkCost& l = slowestLink(in);
+  const int p = in.topo->nranks;
+  // log p rounds moving (p-1) blocks in all, plus the final rotation copy (p blocks).
+  return log2Ceil(p) * l.alpha + static_cast<double>(p - 1) * blockBytes * l.beta +
+         static_cast<double>(p) * blockBytes * in.intraHost.beta;
+}
+
+double predictRingAllGather(const PlannerInputs& in, uint64_t blockBytes) {
+  const LinkCost& l = slowestLink(in);
+  return (in.topo->nranks - 1) * (l.alpha + static_cast<double>(blockBytes) * l.beta);
+}
+
+Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice* out) {
+  if (args.kind == CollKind::AllReduce) return planAllReduce(in, args, out);
+  const uint64_t bytes = args.count * dataTypeSize(args.dtype);
+  PlanChoice c;
+  switch (args.kind) {
+    case CollKind::Broadcast:
+    case CollKind::Reduce: {
+      double tree = predictTree(in, bytes), chain = predictChain(in, bytes);
+      c.algo = tree < chain ? AlgoId::Tree : AlgoId::Ring;
+      c.predictedSeconds = std::min(tree, chain);
+      break;
+    }
+    case CollKind::AllGather: {
+      double bruck = predictBruck(in, bytes), ring = predictRingAllGather(in, bytes);
+      c.algo = bruck < ring ? AlgoId::Bruck : AlgoId::Ring;
+      c.predictedSeconds = std::min(bruck, ring);
+      break;
+    }
+    case CollKind::ReduceScatter:
+      c.algo = AlgoId::Ring;
+      c.predictedSeconds = predictRingAllGather(in, bytes);
+      break;
+    case CollKind::AlltoAll:
+      c.algo = AlgoId::Pairwise;
+      break;
+    case CollKind::Gather:
+    case CollKind::Scatter:
+      c.algo = AlgoId::Linear;
+      break;
+    case CollKind::Barrier:
+      c.algo = AlgoId::Dissemination;
+      break;
+    default:
+      return makeError(collInternalError, "no planner for %s", collKindName(args.kind));
   }
   *out = c;
   return okStatus();

@@ -11,7 +11,7 @@
 
 namespace coll {
 
-enum class AlgoId : uint8_t { Ring, Direct };
+enum class AlgoId : uint8_t { Ring, Direct, Tree, Bruck, Pairwise, Linear, Dissemination };
 const char* algoName(AlgoId algo);
 
 // Cost of moving a message over one link class: alpha seconds per message, beta seconds per byte.
@@ -44,9 +44,17 @@ struct PlanChoice {
 // Validates COLL_ALGO once (an unknown or unusable algorithm is an error, not a silent fallback).
 Status checkForcedAlgo(const PlannerInputs& in);
 Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
+// Any collective (AllReduce goes to planAllReduce). Point-to-point calls are not planned.
+Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
 
 // The model's predictions (exposed for tests and COLL_DEBUG=INFO).
 double predictRing(const PlannerInputs& in, uint64_t bytes);
 double predictDirect(const PlannerInputs& in, uint64_t bytes);
+// Binomial tree vs pipelined chain (broadcast, reduce) and Bruck vs ring (all-gather); bytes is
+// the message (broadcast/reduce) or one rank's block (all-gather).
+double predictTree(const PlannerInputs& in, uint64_t bytes);
+double predictChain(const PlannerInputs& in, uint64_t bytes);
+double predictBruck(const PlannerInputs& in, uint64_t blockBytes);
+double predictRingAllGather(const PlannerInputs& in, uint64_t blockBytes);
 
 }  // namespace coll

@@ -65,6 +65,9 @@ std::byte* Execution::resolve(const BufRef& ref) const {
       return const_cast<std::byte*>(scratch_.data()) + ref.offset;
     case BufKind::Window:
       return windows_->windowHalf(ref.owner, seq_) + ref.offset;
+    case BufKind::Extra:
+      // Checked against nextra in bind(): builders and the communicator agree on the count.
+      return static_cast<std::byte*>(buffers_.extra[ref.owner]) + ref.offset;
   }
   return nullptr;
 }
@@ -77,6 +80,10 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     prepared_ = &schedule;
     preparedVersion_ = schedule.version;
     preparedLinks_ = &links;
+  }
+  if (buffers.nextra < extraNeeded_) {
+    return makeError(collInternalError, "rank %d: schedule '%s' names %zu extra buffers, %zu given", rank_,
+                     schedule.algorithm, extraNeeded_, buffers.nextra);
   }
   bind(buffers, seq);
   return okStatus();
@@ -134,6 +141,7 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   dstPtr_.resize(nsteps);
   scratch_.resize(schedule.scratchBytes);
   localSteps_.clear();
+  extraNeeded_ = 0;
   countedSteps_ = 0;
   hasZeroCountPublish_ = false;
 
@@ -164,6 +172,9 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
       else recvBegin_[p + 1]++;
     } else {
       localSteps_.push_back(static_cast<int32_t>(i));
+    }
+    for (const BufRef* r : {&s.src, &s.dst}) {
+      if (r->kind == BufKind::Extra) extraNeeded_ = std::max(extraNeeded_, static_cast<size_t>(r->owner) + 1);
     }
     auto needsWindow = [&](const BufRef& r) { return r.kind == BufKind::Window && windows_ == nullptr; };
     if (needsWindow(s.src) || needsWindow(s.dst)) {

@@ -21,6 +21,9 @@ namespace coll {
 struct ExecBuffers {
   const void* send = nullptr;
   void* recv = nullptr;
+  // BufKind::Extra buffers (grouped point-to-point calls); must outlive the execution.
+  void* const* extra = nullptr;
+  size_t nextra = 0;
 };
 
 class Execution {
@@ -92,6 +95,7 @@ class Execution {
   uint64_t preparedVersion_ = 0;
   Links* preparedLinks_ = nullptr;
   size_t countedSteps_ = 0;             // steps with count > 0
+  size_t extraNeeded_ = 0;              // 1 + the largest BufKind::Extra index the schedule names
   bool hasZeroCountPublish_ = false;
 };
 

@@ -17,6 +17,7 @@ enum class BufKind : uint8_t {
   Recv,     // the user's receive buffer
   Scratch,  // per-call scratch of Schedule::scratchBytes, owned by the executor
   Window,   // the host-shared window of local rank `owner` (current half; see HostWindows)
+  Extra,    // user buffer number `owner` of ExecBuffers::extra (grouped point-to-point calls)
 };
 
 struct BufRef {
@@ -106,6 +107,7 @@ inline BufRef sendAt(uint64_t offset) { return BufRef{BufKind::Send, -1, offset}
 inline BufRef recvAt(uint64_t offset) { return BufRef{BufKind::Recv, -1, offset}; }
 inline BufRef scratchAt(uint64_t offset) { return BufRef{BufKind::Scratch, -1, offset}; }
 inline BufRef windowAt(int32_t owner, uint64_t offset) { return BufRef{BufKind::Window, owner, offset}; }
+inline BufRef extraAt(int32_t index, uint64_t offset) { return BufRef{BufKind::Extra, index, offset}; }
 
 inline Dep stepDep(int32_t step, uint64_t offset = 0) { Dep d; d.kind = DepKind::Step; d.step = step; d.offset = offset; return d; }
 inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }

@@ -1,0 +1,46 @@
+// Dissemination barrier: in round k every rank signals r+2^k and hears from r-2^k, so after
+// ceil(log2 p) rounds each rank has (transitively) heard from every other.
+#include "algorithms/algorithms.h"
+
+namespace coll {
+
+void buildDisseminationBarrier(const Topology& topo, Schedule* out) {
+  Schedule& s = *out;
+  s.clear();
+  s.algorithm = "dissemination";
+  s.dtype = collUint64;
+  s.op = collSum;
+  s.divisor = 1;
+  const int32_t p = topo.nranks;
+  const int32_t r = topo.rank;
+  int32_t rounds = 0;
+  for (int32_t dist = 1; dist < p; dist <<= 1) ++rounds;
+  // One 8-byte token slot to send from and one per round to receive into; the contents carry
+  // no meaning, only their arrival does.
+  s.scratchBytes = 8 * static_cast<uint64_t>(rounds + 1);
+  int32_t prevRecv = -1, k = 0;
+  for (int32_t dist = 1; dist < p; dist <<= 1, ++k) {
+    Step snd;
+    snd.kind = StepKind::Send;
+    snd.peer = (r + dist) % p;
+    snd.src = scratchAt(0);
+    snd.count = 1;
+    int32_t si = s.addStep(snd);
+    // Round k's signal means "I have heard from the 2^k - 1 ranks behind me", so it waits for
+    // every earlier round, not just round k-1: receives from different peers complete in any
+    // order, hence each receive also waits for the one before (a chain is cheaper than k deps).
+    if (prevRecv >= 0) s.addDep(si, wholeStepDep(prevRecv));
+
+    Step rv;
+    rv.kind = StepKind::Recv;
+    rv.peer = ((r - dist) % p + p) % p;
+    rv.dst = scratchAt(8 * static_cast<uint64_t>(k + 1));
+    rv.count = 1;
+    int32_t ri = s.addStep(rv);
+    if (prevRecv >= 0) s.addDep(ri, wholeStepDep(prevRecv));
+    prevRecv = ri;
+  }
+  s.finalizePeers();
+}
+
+}  // namespace coll

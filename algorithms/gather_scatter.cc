@@ -1,0 +1,94 @@
+// Linear gather and scatter: the root exchanges every rank's block directly; the others do one
+// step. Non-roots never touch the buffer only the root has (recv for gather, send for scatter).
+#include "algorithms/algorithms.h"
+
+namespace coll {
+
+namespace {
+
+void beginMove(const CollArgs& args, const char* name, Schedule* s) {
+  s->clear();
+  s->algorithm = name;
+  s->dtype = args.dtype;
+  s->op = collSum;  // nothing is reduced
+  s->divisor = 1;
+}
+
+}  // namespace
+
+void buildLinearGather(const Topology& topo, const CollArgs& args, Schedule* out) {
+  Schedule& s = *out;
+  beginMove(args, "linear", &s);
+  const int32_t p = topo.nranks;
+  const int32_t r = topo.rank;
+  const int32_t root = args.root;
+  const uint64_t blockBytes = args.count * dataTypeSize(args.dtype);
+  if (r != root) {
+    Step snd;
+    snd.kind = StepKind::Send;
+    snd.peer = root;
+    snd.src = sendAt(0);
+    snd.count = args.count;
+    s.addStep(snd);
+    s.finalizePeers();
+    return;
+  }
+  // In place the input is recv block root and the copy is skipped.
+  Step own;
+  own.kind = StepKind::Copy;
+  own.src = sendAt(0);
+  own.dst = recvAt(root * blockBytes);
+  own.count = args.count;
+  s.addStep(own);
+  s.steps.reserve(static_cast<size_t>(p));
+  // Starting after the root spreads the order in which concurrent roots are served.
+  for (int32_t k = 1; k < p; ++k) {
+    const int32_t j = (root + k) % p;
+    Step rv;
+    rv.kind = StepKind::Recv;
+    rv.peer = j;
+    rv.dst = recvAt(j * blockBytes);
+    rv.count = args.count;
+    s.addStep(rv);
+  }
+  s.finalizePeers();
+}
+
+void buildLinearScatter(const Topology& topo, const CollArgs& args, Schedule* out) {
+  Schedule& s = *out;
+  beginMove(args, "linear", &s);
+  const int32_t p = topo.nranks;
+  const int32_t r = topo.rank;
+  const int32_t root = args.root;
+  const uint64_t blockBytes = args.count * dataTypeSize(args.dtype);
+  if (r != root) {
+    Step rv;
+    rv.kind = StepKind::Recv;
+    rv.peer = root;
+    rv.dst = recvAt(0);
+    rv.count = args.count;
+    s.addStep(rv);
+    s.finalizePeers();
+    return;
+  }
+  s.steps.reserve(static_cast<size_t>(p));
+  for (int32_t k = 1; k < p; ++k) {
+    const int32_t j = (root + k) % p;
+    Step snd;
+    snd.kind = StepKind::Send;
+    snd.peer = j;
+    snd.src = sendAt(j * blockBytes);
+    snd.count = args.count;
+    s.addStep(snd);
+  }
+  // In place recv is send block root and the copy is skipped.
+  Step own;
+  own.kind = StepKind::Copy;
+  own.src = sendAt(root * blockBytes);
+  own.dst = recvAt(0);
+  own.count = args.count;
+  s.addStep(own);
+  s.finalizePeers();
+}
+
+}  // namespace coll
