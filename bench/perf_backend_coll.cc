@@ -16,7 +16,48 @@ CollBackend::CollBackend(collComm_t comm) : comm_(comm) {
   }
 }
 
-bool CollBackend::run(const CollCall& c, std::string* error) {
+CollBackend::~CollBackend() {
+  if (stream_ == nullptr) return;
+  std::string ignored;
+  // After a failed run the peers may be gone; queued work then ends with the communicator's abort.
+  (void)collHostStreamDestroy(stream_);
+  (void)ignored;
+}
+
+bool CollBackend::run(const CollCall& c, std::string* error) { return issue(c, nullptr, error); }
+
+bool CollBackend::openStream(std::string* error) {
+  if (stream_ != nullptr) return true;
+  collResult_t res = collHostStreamCreate(&stream_);
+  if (res != collSuccess) {
+    stream_ = nullptr;
+    *error = "collHostStreamCreate: " + collErrorText(res, nullptr);
+    return false;
+  }
+  return true;
+}
+
+bool CollBackend::enqueue(const CollCall& c, std::string* error) {
+  if (stream_ == nullptr && !openStream(error)) return false;
+  return issue(c, stream_, error);
+}
+
+bool CollBackend::synchronize(std::string* error) {
+  if (stream_ == nullptr) return true;
+  collResult_t res = collHostStreamSynchronize(stream_);
+  if (res != collSuccess) *error = "collHostStreamSynchronize: " + collErrorText(res, nullptr);
+  for (collRedOp_t op : pendingOps_) {
+    collResult_t d = collRedOpDestroy(op, comm_);
+    if (d != collSuccess && res == collSuccess) {
+      *error = "collRedOpDestroy: " + collErrorText(d, comm_);
+      res = d;
+    }
+  }
+  pendingOps_.clear();
+  return res == collSuccess;
+}
+
+bool CollBackend::issue(const CollCall& c, collStream_t stream, std::string* error) {
   collRedOp_t op = c.op;
   if (c.op == kPreMulSum) {
     unsigned char scalar[8];
@@ -29,27 +70,27 @@ bool CollBackend::run(const CollCall& c, std::string* error) {
   }
   collResult_t res = collSuccess;
   switch (c.coll) {
-    case PerfColl::AllReduce: res = collAllReduce(c.send, c.recv, c.count, c.type, op, comm_, nullptr); break;
+    case PerfColl::AllReduce: res = collAllReduce(c.send, c.recv, c.count, c.type, op, comm_, stream); break;
     case PerfColl::AllGather:
-      res = collAllGather(c.send, c.recv, c.count, c.type, comm_, nullptr);
+      res = collAllGather(c.send, c.recv, c.count, c.type, comm_, stream);
       break;
     case PerfColl::ReduceScatter:
-      res = collReduceScatter(c.send, c.recv, c.count, c.type, op, comm_, nullptr);
+      res = collReduceScatter(c.send, c.recv, c.count, c.type, op, comm_, stream);
       break;
     case PerfColl::Broadcast:
-      res = collBroadcast(c.send, c.recv, c.count, c.type, c.root, comm_, nullptr);
+      res = collBroadcast(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
       break;
     case PerfColl::Reduce:
-      res = collReduce(c.send, c.recv, c.count, c.type, op, c.root, comm_, nullptr);
+      res = collReduce(c.send, c.recv, c.count, c.type, op, c.root, comm_, stream);
       break;
     case PerfColl::AlltoAll:
-      res = collAlltoAll(c.send, c.recv, c.count, c.type, comm_, nullptr);
+      res = collAlltoAll(c.send, c.recv, c.count, c.type, comm_, stream);
       break;
     case PerfColl::SendRecv: {
       // nccl-tests' ring: send to the right, receive from the left, both in one group.
       res = collGroupStart();
-      collResult_t s = collSend(c.send, c.count, c.type, (rank_ + 1) % size_, comm_, nullptr);
-      collResult_t r = collRecv(c.recv, c.count, c.type, (rank_ - 1 + size_) % size_, comm_, nullptr);
+      collResult_t s = collSend(c.send, c.count, c.type, (rank_ + 1) % size_, comm_, stream);
+      collResult_t r = collRecv(c.recv, c.count, c.type, (rank_ - 1 + size_) % size_, comm_, stream);
       collResult_t e = collGroupEnd();
       for (collResult_t x : {s, r, e}) {
         if (res == collSuccess) res = x;
@@ -57,14 +98,16 @@ bool CollBackend::run(const CollCall& c, std::string* error) {
       break;
     }
     case PerfColl::Gather:
-      res = collGather(c.send, c.recv, c.count, c.type, c.root, comm_, nullptr);
+      res = collGather(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
       break;
     case PerfColl::Scatter:
-      res = collScatter(c.send, c.recv, c.count, c.type, c.root, comm_, nullptr);
+      res = collScatter(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
       break;
   }
   if (res != collSuccess) *error = collErrorText(res, comm_);
-  if (c.op == kPreMulSum) {
+  if (c.op == kPreMulSum && stream != nullptr && res == collSuccess) {
+    pendingOps_.push_back(op);
+  } else if (c.op == kPreMulSum) {
     collResult_t d = collRedOpDestroy(op, comm_);
     if (d != collSuccess && res == collSuccess) {
       *error = "collRedOpDestroy: " + collErrorText(d, comm_);

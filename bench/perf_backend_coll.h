@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "bench/perf_harness.h"
 #include "collective/collective.h"
@@ -12,16 +13,28 @@ namespace coll::perf {
 class CollBackend : public PerfBackend {
  public:
   explicit CollBackend(collComm_t comm);
+  ~CollBackend() override;
+  CollBackend(const CollBackend&) = delete;
+  CollBackend& operator=(const CollBackend&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "libcollective"; }
   bool run(const CollCall& call, std::string* error) override;
   // A one-element all-reduce: every rank must have arrived before any returns.
   bool barrier(std::string* error) override;
+  // --stream: one host stream (collHostStreamCreate) for every queued call of this backend.
+  bool openStream(std::string* error) override;
+  bool enqueue(const CollCall& call, std::string* error) override;
+  bool synchronize(std::string* error) override;
 
  private:
+  bool issue(const CollCall& call, collStream_t stream, std::string* error);
+
   collComm_t comm_;
   int rank_ = 0, size_ = 1;
+  collStream_t stream_ = nullptr;
+  // PreMulSum ops of queued calls: destroyed only once the stream has run them.
+  std::vector<collRedOp_t> pendingOps_;
 };
 
 // collGetErrorString and collGetLastError of a failed call, in one sentence.

@@ -69,6 +69,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   }
   connections_.resize(nranks);
   waitPolicy_ = waitPolicyFor(topo_.localSize());
+  waitPolicy_.timeoutMs = timeoutMs_;
 
   plannerInputs_.topo = &topo_;
   plannerInputs_.haveWindows = shm_ != nullptr;

@@ -613,13 +613,14 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
       }
     }
     if (checkClock && deadline.expired()) {
-      std::string msg = "rank " + std::to_string(links.rank()) +
-                        ": collective call " + std::to_string(execution.seq()) +
-                        " timed out (raise COLL_TIMEOUT, currently " +
-                        std::to_string(defaultTimeoutMs() / 1000) + " s, if peers are merely slow); pending:\n" +
-                        execution.describePending();
-      COLL_WARN(links.rank(), "%s", msg.c_str());
-      return Status(collTimeout, msg);
+      char head[160];
+      snprintf(head, sizeof(head),
+               "rank %d: collective call %llu timed out after %.1f s (raise COLL_TIMEOUT or the communicator's "
+               "timeoutMs if peers are merely slow); pending:\n",
+               links.rank(), static_cast<unsigned long long>(execution.seq()),
+               static_cast<double>(policy.timeoutMs > 0 ? policy.timeoutMs : defaultTimeoutMs()) / 1000.0);
+      // Reported (and logged) by whoever surfaces the error: the API call or the stream.
+      return Status(collTimeout, head + execution.describePending());
     }
   }
 }

@@ -108,6 +108,7 @@ class Execution {
 struct WaitPolicy {
   uint64_t spins = 2000;
   uint64_t yields = 200;
+  int64_t timeoutMs = 0;  // the deadline's length, for the timeout message (0 = COLL_TIMEOUT)
 };
 // COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin long only when every local rank
 // can have its own core.
