@@ -59,7 +59,13 @@ void printUsage(FILE* out, const char* program) {
           "  -r, --root R          root of broadcast/reduce/gather/scatter; -1 = every rank [0]\n"
           "  -a, --average 0..3    time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
           "  -T, --timeout SEC     abort a test that runs longer than SEC        [0 = none]\n"
-          "  -z, --blocking 0|1    accepted; host calls always block\n"
+          "  -z, --blocking 0|1    with --stream: 1 synchronizes after every call, 0 once\n"
+          "                        after the timed loop; without it host calls always block [1]\n"
+          "      --stream          queue the calls on a host stream (libcollective only); the\n"
+          "                        time columns are stream times, and per size an overlap line\n"
+          "                        compares the collective alone (comm), a calibrated busy loop\n"
+          "                        alone (comp) and both at once (both): overlap =\n"
+          "                        (comm + comp - both) / min(comm, comp) in [0,1], 1 = hidden\n"
           "  -t, -g N              accepted for compatibility (must be 1)\n"
           "      --json FILE       also write the results as JSON (rank 0)\n"
           "  -h, --help            this text\n",
@@ -80,17 +86,75 @@ struct Placement {
   double wrong = -1;  // -1 = not checked
 };
 
+// --stream: per-call times of the out-of-place collective and of the computation, alone and together.
+struct Overlap {
+  double commUs = -1;  // -1 = not measured
+  double compUs = 0;
+  double bothUs = 0;
+  double fraction = 0;
+};
+
 struct Row {
   CollShape shape;
   collDataType_t type;
   collRedOp_t op;
   int root;  // -1 when the collective has none
   Placement oop, ip;
+  Overlap overlap;
   size_t bytes() const { return shape.extent() * typeSize(type); }
 };
 
 struct AlignedFree {
   void operator()(void* p) const { free(p); }
+};
+
+// The computation overlapped with a queued collective: dot products over a private buffer (half of
+// a typical L2, so it is CPU work rather than a second memory stream), calibrated once per process.
+class BusyLoop {
+ public:
+  BusyLoop() : a_(kElems), b_(kElems) {
+    for (size_t i = 0; i < kElems; ++i) {
+      a_[i] = 1.0 + static_cast<double>(i % 7) * 0.25;
+      b_[i] = 0.5 + static_cast<double>(i % 5) * 0.125;
+    }
+  }
+
+  // Microseconds of one unit, from runs of at least 20 ms (best of three, to skip a preemption).
+  void calibrate() {
+    double best = 0;
+    for (int round = 0; round < 3; ++round) {
+      size_t units = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      double us = 0;
+      do {
+        run(16);
+        units += 16;
+        us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      } while (us < 20000.0);
+      double perUnit = us / static_cast<double>(units);
+      if (best == 0 || perUnit < best) best = perUnit;
+    }
+    unitUs_ = best;
+  }
+
+  size_t unitsFor(double us) const {
+    double n = unitUs_ > 0 ? us / unitUs_ : 1;
+    return n < 1 ? 1 : static_cast<size_t>(n + 0.5);
+  }
+
+  void run(size_t units) {
+    for (size_t u = 0; u < units; ++u) {
+      double sum = 0;
+      for (size_t i = 0; i < kElems; ++i) sum += a_[i] * b_[i];
+      sink_ = sum;
+    }
+  }
+
+ private:
+  static constexpr size_t kElems = 8192;
+  std::vector<double> a_, b_;
+  volatile double sink_ = 0;  // keeps the sums from being optimized away
+  double unitUs_ = 0;
 };
 
 void jsonEscape(FILE* f, const std::string& s) {
@@ -114,6 +178,15 @@ class Runner {
     if (info_.rooted && opts_.root >= nranks_) {
       if (rank_ == 0) fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", info_.name, opts_.root, nranks_);
       return 2;
+    }
+    if (opts_.stream) {
+      // Decided before any communication so that every rank leaves the same way.
+      std::string why;
+      if (!be_.openStream(&why)) {
+        if (rank_ == 0) fprintf(stderr, "%s: --stream is not supported: %s\n", info_.name, why.c_str());
+        return 2;
+      }
+      busy_.calibrate();
     }
     if (!printPreamble()) return 2;
     size_t bufBytes = std::max<size_t>(opts_.maxBytes, 64);
@@ -146,7 +219,7 @@ class Runner {
         for (int root = firstRoot; root <= lastRoot; ++root) {
           for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
             if (opts_.timeoutSec > 0) alarm(static_cast<unsigned>(opts_.timeoutSec));
-            Row row{shapeForBytes(coll_, bytes, typeSize(type), nranks_), type, op, root, {}, {}};
+            Row row{shapeForBytes(coll_, bytes, typeSize(type), nranks_), type, op, root, {}, {}, {}};
             if (!runOne(&row)) return 2;
             if (opts_.timeoutSec > 0) alarm(0);
             printRow(row);
@@ -191,6 +264,13 @@ class Runner {
     }
   }
 
+  // One call: blocking, or queued on the stream with --stream (then synchronize() completes it).
+  bool issue(const CollCall& call, std::string* err) {
+    return opts_.stream ? be_.enqueue(call, err) : be_.run(call, err);
+  }
+
+  bool syncStream(std::string* err) { return !opts_.stream || be_.synchronize(err); }
+
   CollCall callFor(const Row& row, bool inPlace) {
     return makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_.get(), recv_.get());
   }
@@ -199,13 +279,16 @@ class Runner {
     std::string err;
     const CollCall call = callFor(row, inPlace);
     for (int i = 0; i < opts_.warmup; ++i) {
-      if (!be_.run(call, &err)) return fail(std::string("warm-up ") + info_.name, err);
+      if (!issue(call, &err)) return fail(std::string("warm-up ") + info_.name, err);
     }
+    if (!syncStream(&err)) return fail(std::string("warm-up ") + info_.name, err);
     if (!be_.barrier(&err)) return fail("barrier", err);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < opts_.iters; ++i) {
-      if (!be_.run(call, &err)) return fail(std::string("timed ") + info_.name, err);
+      if (!issue(call, &err)) return fail(std::string("timed ") + info_.name, err);
+      if (opts_.blocking && !syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     }
+    if (!syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     auto t1 = std::chrono::steady_clock::now();
     double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(opts_.iters, 1);
     if (!reduceTime(us, &p->timeUs)) return false;
@@ -221,7 +304,7 @@ class Runner {
     const CollCall call = callFor(row, inPlace);
     const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
     prepareCheck(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed);
-    if (!be_.run(call, &err)) return fail(std::string("check ") + info_.name, err);
+    if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
     size_t wrong = checkCall(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed, &first);
     if (wrong > 0) {
       fprintf(stderr, "rank %d: %s: %zu wrong; first: %s\n", rank_, inPlace ? "in-place" : "out-of-place", wrong,
@@ -230,8 +313,38 @@ class Runner {
     return reduceDouble(static_cast<double>(wrong), collSum, &p->wrong);
   }
 
+  // Per call, every rank in step: (a) the collective queued and synchronized, (b) the busy loop
+  // sized to take (a), (c) the collective queued, the busy loop, then synchronize.
+  bool measureOverlap(const Row& row, Overlap* o) {
+    std::string err;
+    const CollCall call = callFor(row, false);
+    const int n = std::max(opts_.iters, 1);
+    auto phase = [&](int mode, double* localUs) {
+      if (!be_.barrier(&err)) return fail("barrier", err);
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < n; ++i) {
+        if (mode != 1 && !be_.enqueue(call, &err)) return fail(std::string("overlapped ") + info_.name, err);
+        if (mode != 0) busy_.run(units_);
+        if (mode != 1 && !be_.synchronize(&err)) return fail(std::string("overlapped ") + info_.name, err);
+      }
+      *localUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+      return true;
+    };
+    double comm = 0, comp = 0, both = 0;
+    if (!phase(0, &comm)) return false;
+    units_ = busy_.unitsFor(comm);
+    if (!phase(1, &comp) || !phase(2, &both)) return false;
+    if (!reduceTime(comm, &o->commUs) || !reduceTime(comp, &o->compUs) || !reduceTime(both, &o->bothUs)) return false;
+    double shorter = std::min(o->commUs, o->compUs);
+    double f = shorter > 0 ? (o->commUs + o->compUs - o->bothUs) / shorter : 0;
+    o->fraction = std::clamp(f, 0.0, 1.0);
+    return true;
+  }
+
   bool runOne(Row* row) {
     if (!timed(*row, false, &row->oop)) return false;
+    // After timed(): its warm-up calls keep connection set-up out of the overlap figures.
+    if (opts_.stream && !measureOverlap(*row, &row->overlap)) return false;
     if (opts_.check && !verify(*row, false, &row->oop)) return false;
     if (!timed(*row, true, &row->ip)) return false;
     if (opts_.check && !verify(*row, true, &row->ip)) return false;
@@ -253,6 +366,12 @@ class Runner {
     if (opts_.stepFactor > 1) printf("%g(factor)", opts_.stepFactor);
     else printf("%zu(bytes)", opts_.stepBytes);
     printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", opts_.warmup, opts_.iters, opts_.check);
+    if (opts_.stream) {
+      printf("# stream: calls queued on a host stream (%s after each timed call); per size an overlap\n"
+             "#   line: comm = collective alone, comp = busy loop sized to comm, both = queued collective\n"
+             "#   + busy loop + synchronize; overlap = (comm + comp - both) / min(comm, comp), 1 = hidden\n",
+             opts_.blocking ? "synchronized" : "not synchronized");
+    }
     printf("#\n# Using devices\n");
     for (int r = 0; r < nranks_; ++r) {
       char slot[kSlot + 1] = {};
@@ -284,6 +403,12 @@ class Runner {
       printf("  %7s  %6.2f  %6.2f  %5s", formatTime(p->timeUs, t, sizeof(t)), p->algBw, p->busBw, w);
     }
     printf("\n");
+    if (row.overlap.commUs >= 0) {
+      char c[32], p[32], b[32];
+      printf("#  overlap %12zu B: comm %s us  comp %s us  both %s us  overlap %4.2f\n", row.bytes(),
+             formatTime(row.overlap.commUs, c, sizeof(c)), formatTime(row.overlap.compUs, p, sizeof(p)),
+             formatTime(row.overlap.bothUs, b, sizeof(b)), row.overlap.fraction);
+    }
     fflush(stdout);
   }
 
@@ -298,9 +423,12 @@ class Runner {
       }
     }
     double avgBw = bwCount ? bwSum / bwCount : 0;
+    double overlapSum = 0;
+    for (const Row& r : rows_) overlapSum += r.overlap.fraction;
     if (rank_ == 0) {
       printf("# Out of bounds values : %.0f %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
       printf("# Avg bus bandwidth    : %g \n", avgBw);
+      if (opts_.stream && !rows_.empty()) printf("# Avg overlap          : %.2f \n", overlapSum / static_cast<double>(rows_.size()));
       printf("#\n");
       fflush(stdout);
       if (!opts_.jsonPath.empty()) writeJson(avgBw, wrong);
@@ -318,6 +446,7 @@ class Runner {
     jsonEscape(f, be_.name());
     fprintf(f, ",\n  \"nranks\": %d,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %d,\n  \"average\": %d,\n",
             nranks_, opts_.iters, opts_.warmup, opts_.check, opts_.average);
+    fprintf(f, "  \"stream\": %s,\n  \"blocking\": %d,\n", opts_.stream ? "true" : "false", opts_.blocking);
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < rows_.size(); ++i) {
       const Row& r = rows_[i];
@@ -330,6 +459,10 @@ class Runner {
                 ps[k]->timeUs, ps[k]->algBw, ps[k]->busBw);
         if (ps[k]->wrong < 0) fprintf(f, "null}");
         else fprintf(f, "%.0f}", ps[k]->wrong);
+      }
+      if (r.overlap.commUs >= 0) {
+        fprintf(f, ", \"overlap\": {\"comm_us\": %.4f, \"comp_us\": %.4f, \"both_us\": %.4f, \"fraction\": %.4f}",
+                r.overlap.commUs, r.overlap.compUs, r.overlap.bothUs, r.overlap.fraction);
       }
       fprintf(f, "}%s\n", i + 1 < rows_.size() ? "," : "");
     }
@@ -344,6 +477,8 @@ class Runner {
   int rank_ = 0, nranks_ = 1;
   std::unique_ptr<void, AlignedFree> send_, recv_;
   std::vector<Row> rows_;
+  BusyLoop busy_;
+  size_t units_ = 1;  // busy-loop units of the current size
 };
 
 }  // namespace
@@ -362,6 +497,10 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
     if (key == "-h" || key == "--help") {
       printUsage(stdout, program);
       return 0;
+    }
+    if (key == "--stream" && !hasInline) {  // a switch: takes no value
+      opts->stream = true;
+      continue;
     }
     if (!hasInline) {
       if (i + 1 >= argc) {
@@ -423,6 +562,9 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
       else return bad();
     } else if (key == "-r" || key == "--root") {
       if (!toInt(&opts->root) || opts->root < -1) return bad();
+    } else if (key == "--stream") {
+      if (!toInt(&iv)) return bad();
+      opts->stream = iv != 0;
     } else if (key == "--json" || key == "-J") {
       opts->jsonPath = val;
     } else {

@@ -21,7 +21,8 @@ struct PerfOptions {
   int check = 1;
   int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max over ranks
   int timeoutSec = 0;
-  int blocking = 1;
+  int blocking = 1;  // with --stream: 1 synchronizes after every call, 0 once per timed loop
+  bool stream = false;  // --stream: queue calls on a host stream and measure overlap with compute
   int root = 0;  // -1: every root in turn (rooted collectives)
   std::vector<collRedOp_t> ops{collSum};
   std::vector<collDataType_t> types{collFloat32};
@@ -42,6 +43,17 @@ class PerfBackend {
   // One blocking call; false with a message on failure.
   virtual bool run(const CollCall& call, std::string* error) = 0;
   virtual bool barrier(std::string* error) = 0;
+  // --stream: calls queued on a host stream return at once and finish at synchronize(). A backend
+  // without host streams keeps these defaults; openStream's message says why.
+  virtual bool openStream(std::string* error) {
+    *error = std::string("the ") + name() + " backend has no host streams";
+    return false;
+  }
+  virtual bool enqueue(const CollCall&, std::string* error) {
+    *error = "no host stream";
+    return false;
+  }
+  virtual bool synchronize(std::string*) { return true; }
 
   bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
                  std::string* error) {

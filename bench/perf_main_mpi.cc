@@ -234,6 +234,18 @@ int main(int argc, char** argv) {
   } else {
     PerfOptions opts;
     rc = parsePerfOptions(argc, argv, program, &opts);
+    if (rc < 0 && opts.stream) {
+      // Not a failure of the run: every rank leaves the same way, without MPI_Abort's noise.
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0) {
+        fprintf(stderr, "%s: --stream is not supported by the MPI backend (no host streams); "
+                "drop --stream, or run %.*s --stream (libcollective)\n", program,
+                static_cast<int>(strlen(program) - 4), program);
+      }
+      MPI_Finalize();
+      return 2;
+    }
     if (rc < 0) {
       MpiBackend backend;
       rc = runPerf(coll, opts, backend);
