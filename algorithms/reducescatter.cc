@@ -3,6 +3,7 @@
 #include "algorithms/algorithms.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace coll {
 
@@ -27,12 +28,17 @@ void buildRingReduceScatter(const Topology& topo, const CollArgs& args, Schedule
   const int32_t right = mod(r + 1), left = mod(r - 1);
   // In step k rank r sends the partial of block r-k-1 and receives that of block r-k-2, so step
   // p-2 receives block r. The receive buffer holds only `count` elements, so partials live in
-  // two scratch slots: step k's reduction writes slot k%2, which step k+1 sends; the reduction
-  // two steps later reuses the slot only behind that send.
-  s.scratchBytes = static_cast<uint64_t>(std::min(2, p - 2)) * blockBytes;
-  auto slot = [&](int32_t k) { return scratchAt(static_cast<uint64_t>(k % 2) * blockBytes); };
+  // kSlots scratch slots used in turn: step k's reduction writes slot k%kSlots, which step k+1
+  // sends; the reduction kSlots steps later reuses the slot only behind that send. Two slots
+  // would suffice; a third lets the reduction run a whole step ahead of the slowest send.
+  constexpr int32_t kSlots = 3;
+  const int32_t slots = std::min(kSlots, p - 2);
+  s.scratchBytes = static_cast<uint64_t>(std::max(0, slots)) * blockBytes;
+  auto slot = [&](int32_t k) { return scratchAt(static_cast<uint64_t>(k % slots) * blockBytes); };
+  std::vector<int32_t> sendOfStep;
+  sendOfStep.reserve(static_cast<size_t>(p));
   s.steps.reserve(2 * static_cast<size_t>(p) + 1);
-  int32_t prevReduce = -1, prevSend = -1;
+  int32_t prevReduce = -1;
   for (int32_t k = 0; k + 1 < p; ++k) {
     Step snd;
     snd.kind = StepKind::Send;
@@ -52,9 +58,10 @@ void buildRingReduceScatter(const Topology& topo, const CollArgs& args, Schedule
     rr.dst = last ? recvAt(0) : slot(k);
     rr.count = count;
     int32_t ri = s.addStep(rr);
-    if (!last && k >= 2) s.addDep(ri, stepDep(prevSend));  // slot k%2 was last read by send k-1
+    sendOfStep.push_back(si);
+    // Slot k%slots was last written by reduction k-slots and read by send k-slots+1.
+    if (!last && k >= slots) s.addDep(ri, stepDep(sendOfStep[k - slots + 1]));
     prevReduce = ri;
-    prevSend = si;
   }
   if (args.op == collAvg) {
     Step d;
