@@ -87,6 +87,8 @@ class Links {
   // Called by an idle executor every ~100 ms: fails when a rank this one may wait on through the
   // host windows (not through a connection) has died.
   virtual Status checkHealth() { return okStatus(); }
+  // True once the communicator is being aborted: waits give up at once.
+  virtual bool aborting() const { return false; }
 };
 
 }  // namespace coll

@@ -99,6 +99,7 @@ class Comm final : public Links {
   void wait(uint64_t token, int maxMs) override;
   void notifyPeers() override;
   Status checkHealth() override;
+  bool aborting() const override { return aborted_.load(std::memory_order_relaxed); }
 
  private:
   Comm() = default;

@@ -601,6 +601,10 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
         lastHealth = now;
       }
       checkClock = true;
+      if (links.aborting()) {
+        return makeError(collRemoteError, "rank %d: call %llu stopped: the communicator is being aborted",
+                         links.rank(), static_cast<unsigned long long>(execution.seq()));
+      }
       if (!deadline.expired()) {
         uint64_t token = links.prepareWait();
         COLL_TRY(execution.poll(&done, &progressed));

@@ -101,6 +101,41 @@ TEST(ApiStreams, AFailingPeerIsAnErrorOnSynchronizeNotAHang) {
   EXPECT_TRUE(sync[0] == collRemoteError || sync[0] == collTimeout) << sync[0];
 }
 
+TEST(ApiStreams, AbortStopsQueuedAndRunningWorkPromptly) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  std::vector<std::thread> threads;
+  std::chrono::steady_clock::duration abortTime{};
+  collResult_t syncResult = collSuccess;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      collComm_t comm = nullptr;
+      ASSERT_EQ(collCommInitRank(&comm, 2, id, r), collSuccess) << collGetLastError(nullptr);
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins the collectives
+        (void)collCommDestroy(comm);
+        return;
+      }
+      collStream_t s = nullptr;
+      ASSERT_EQ(collHostStreamCreate(&s), collSuccess);
+      std::vector<float> v(1000, 1.0f);
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, s), collSuccess);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      auto t0 = std::chrono::steady_clock::now();
+      EXPECT_EQ(collCommAbort(comm), collSuccess);
+      abortTime = std::chrono::steady_clock::now() - t0;
+      syncResult = collHostStreamSynchronize(s);
+      (void)collHostStreamDestroy(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // COLL_TIMEOUT is 300 s: an abort that waited for the deadline would take that long.
+  EXPECT_LT(abortTime, std::chrono::seconds(1));
+  EXPECT_NE(syncResult, collSuccess);
+}
+
 TEST(ApiStreams, ForeignStreamPointersAreRejected) {
   withComms(1, [](int, collComm_t comm) {
     int notAStream = 0;
