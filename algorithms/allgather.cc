@@ -6,21 +6,9 @@
 
 namespace coll {
 
-namespace {
-
-void beginAllGather(const CollArgs& args, const char* name, Schedule* s) {
-  s->clear();
-  s->algorithm = name;
-  s->dtype = args.dtype;
-  s->op = collSum;  // nothing is reduced
-  s->divisor = 1;
-}
-
-}  // namespace
-
 void buildRingAllGather(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginAllGather(args, "ring", &s);
+  s.begin("ring", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);
@@ -61,7 +49,7 @@ void buildRingAllGather(const Topology& topo, const CollArgs& args, Schedule* ou
 
 void buildBruckAllGather(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginAllGather(args, "bruck", &s);
+  s.begin("bruck", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);

@@ -49,12 +49,8 @@ uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize) {
 
 void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out) {
   Schedule& s = *out;
-  s.clear();
-  s.algorithm = "direct";
-  s.dtype = args.dtype;
-  s.op = args.op == collAvg ? collSum : args.op;
+  s.begin("direct", args.dtype, args.op, static_cast<uint64_t>(topo.localSize()));
   const bool avg = args.op == collAvg;
-  s.divisor = avg ? static_cast<uint64_t>(topo.localSize()) : 1;
   s.usesWindows = true;
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;

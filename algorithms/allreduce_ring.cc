@@ -5,11 +5,7 @@ namespace coll {
 
 void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  s.clear();
-  s.algorithm = "ring";
-  s.dtype = args.dtype;
-  s.op = args.op == collAvg ? collSum : args.op;
-  s.divisor = args.op == collAvg ? static_cast<uint64_t>(topo.nranks) : 1;
+  s.begin("ring", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);

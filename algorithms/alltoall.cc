@@ -6,11 +6,7 @@ namespace coll {
 
 void buildPairwiseAlltoAll(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  s.clear();
-  s.algorithm = "pairwise";
-  s.dtype = args.dtype;
-  s.op = collSum;  // nothing is reduced
-  s.divisor = 1;
+  s.begin("pairwise", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);

@@ -6,11 +6,7 @@ namespace coll {
 
 void buildDisseminationBarrier(const Topology& topo, Schedule* out) {
   Schedule& s = *out;
-  s.clear();
-  s.algorithm = "dissemination";
-  s.dtype = collUint64;
-  s.op = collSum;
-  s.divisor = 1;
+  s.begin("dissemination", collUint64, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   int32_t rounds = 0;

@@ -6,15 +6,6 @@ namespace coll {
 
 namespace {
 
-void beginBroadcast(const CollArgs& args, const char* name, Schedule* s) {
-  s->clear();
-  s->algorithm = name;
-  s->dtype = args.dtype;
-  // Nothing is reduced; a valid op keeps the executor's checks simple.
-  s->op = collSum;
-  s->divisor = 1;
-}
-
 // The root's own result: recv = send, skipped by the executor when the call is in place.
 int32_t addRootCopy(uint64_t count, Schedule* s) {
   Step c;
@@ -29,7 +20,7 @@ int32_t addRootCopy(uint64_t count, Schedule* s) {
 
 void buildRingBroadcast(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginBroadcast(args, "ring", &s);
+  s.begin("ring", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const int32_t root = args.root;
@@ -72,7 +63,7 @@ void buildRingBroadcast(const Topology& topo, const CollArgs& args, Schedule* ou
 
 void buildTreeBroadcast(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginBroadcast(args, "tree", &s);
+  s.begin("tree", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const int32_t root = args.root;

@@ -4,21 +4,9 @@
 
 namespace coll {
 
-namespace {
-
-void beginMove(const CollArgs& args, const char* name, Schedule* s) {
-  s->clear();
-  s->algorithm = name;
-  s->dtype = args.dtype;
-  s->op = collSum;  // nothing is reduced
-  s->divisor = 1;
-}
-
-}  // namespace
-
 void buildLinearGather(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginMove(args, "linear", &s);
+  s.begin("linear", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const int32_t root = args.root;
@@ -56,7 +44,7 @@ void buildLinearGather(const Topology& topo, const CollArgs& args, Schedule* out
 
 void buildLinearScatter(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginMove(args, "linear", &s);
+  s.begin("linear", args.dtype, collSum);
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const int32_t root = args.root;

@@ -11,11 +11,7 @@ namespace coll {
 void buildP2pBatch(const Topology& topo, const P2pOp* ops, size_t nops, Schedule* out, const P2pAlias* aliases,
                    size_t naliases) {
   Schedule& s = *out;
-  s.clear();
-  s.algorithm = "p2p";
-  s.dtype = collUint8;
-  s.op = collSum;
-  s.divisor = 1;
+  s.begin("p2p", collUint8, collSum);
   s.steps.reserve(nops);
   // A rank exchanging with itself needs no connection: its k-th send to itself pairs with its
   // k-th receive from itself as a local copy (the ops' order, like any peer's stream).

@@ -6,14 +6,6 @@ namespace coll {
 
 namespace {
 
-void beginReduce(const Topology& topo, const CollArgs& args, const char* name, Schedule* s) {
-  s->clear();
-  s->algorithm = name;
-  s->dtype = args.dtype;
-  s->op = args.op == collAvg ? collSum : args.op;
-  s->divisor = args.op == collAvg ? static_cast<uint64_t>(topo.nranks) : 1;
-}
-
 // collAvg: the root divides the sum in place, slice by slice behind the last reduction.
 void addRootDivide(const CollArgs& args, int32_t last, Schedule* s) {
   if (args.op != collAvg) return;
@@ -30,7 +22,7 @@ void addRootDivide(const CollArgs& args, int32_t last, Schedule* s) {
 
 void buildRingReduce(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginReduce(topo, args, "ring", &s);
+  s.begin("ring", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);
@@ -82,7 +74,7 @@ void buildRingReduce(const Topology& topo, const CollArgs& args, Schedule* out) 
 
 void buildTreeReduce(const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
-  beginReduce(topo, args, "tree", &s);
+  s.begin("tree", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   const int32_t p = topo.nranks;
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);

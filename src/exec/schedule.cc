@@ -42,6 +42,14 @@ void Schedule::clear() {
   version++;
 }
 
+void Schedule::begin(const char* name, collDataType_t type, collRedOp_t redOp, uint64_t avgDivisor) {
+  clear();
+  algorithm = name;
+  dtype = type;
+  op = redOp == collAvg ? collSum : redOp;
+  divisor = redOp == collAvg ? avgDivisor : 1;
+}
+
 int32_t Schedule::addStep(const Step& step) {
   Step s = step;
   s.depBegin = static_cast<uint32_t>(deps.size());

@@ -89,6 +89,10 @@ struct Schedule {
   uint64_t version = 0;       // bumped by clear(): an Execution prepared for an older version re-prepares
 
   void clear();
+  // clear() and name the schedule. Reducing builders pass their op and the divisor of collAvg
+  // (which becomes collSum plus Divide steps); data-moving ones pass collSum (nothing is reduced,
+  // but a valid op keeps the executor's checks simple).
+  void begin(const char* name, collDataType_t type, collRedOp_t redOp, uint64_t avgDivisor = 1);
   // Append a step; returns its index. Dependencies are added right after with addDep().
   int32_t addStep(const Step& step);
   void addDep(int32_t stepIndex, const Dep& dep);

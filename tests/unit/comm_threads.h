@@ -9,7 +9,7 @@
 
 #include "collective/collective.h"
 
-namespace coll::testing {
+namespace coll::testutil {
 
 // Creates `n` communicators (one per thread, as ranks), runs `body(rank, comm)` on each thread,
 // then destroys them.
@@ -31,4 +31,4 @@ inline void withComms(int n, const std::function<void(int, collComm_t)>& body) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], collSuccess) << "rank " << r;
 }
 
-}  // namespace coll::testing
+}  // namespace coll::testutil

@@ -13,7 +13,7 @@
 
 namespace {
 
-using coll::testing::withComms;
+using coll::testutil::withComms;
 
 TEST(Api, VersionAndErrorStrings) {
   int v = 0;

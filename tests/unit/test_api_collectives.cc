@@ -14,7 +14,7 @@
 
 namespace {
 
-using coll::testing::withComms;
+using coll::testutil::withComms;
 
 int32_t value(int rank, size_t i) { return static_cast<int32_t>(rank * 100 + static_cast<int>(i % 37)); }
 

@@ -12,7 +12,7 @@
 
 namespace {
 
-using coll::testing::withComms;
+using coll::testutil::withComms;
 
 TEST(ApiStreams, ManyOperationsOnTwoStreamsAreCorrectAfterSynchronize) {
   const int n = 3, ops = 20;
