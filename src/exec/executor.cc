@@ -307,6 +307,14 @@ void Execution::publish(int32_t index) {
 
 void Execution::completeStep(int32_t) { remaining_--; }
 
+bool Execution::recordProgress(int32_t index, uint64_t done) {
+  if (done == done_[index]) return false;
+  done_[index] = done;
+  if (done == schedule_->steps[index].count) completeStep(index);
+  publish(index);
+  return true;
+}
+
 bool Execution::alignStream(int32_t index, Connection* c, bool sending, bool* moved) {
   // The step's first element starts at a multiple of 8 in the stream: the sender pads, the
   // receiver skips the same bytes (both know the stream position), so no element straddles
@@ -340,13 +348,7 @@ bool Execution::progressSend(int32_t index) {
     c->sendCommit(n * es_);
     dn += n;
   }
-  if (dn != done_[index]) {
-    done_[index] = dn;
-    if (dn == s.count) completeStep(index);
-    publish(index);
-    moved = true;
-  }
-  return moved;
+  return recordProgress(index, dn) || moved;
 }
 
 bool Execution::progressRecv(int32_t index) {
@@ -373,13 +375,7 @@ bool Execution::progressRecv(int32_t index) {
     c->recvConsume(n * es_);
     dn += n;
   }
-  if (dn != done_[index]) {
-    done_[index] = dn;
-    if (dn == s.count) completeStep(index);
-    publish(index);
-    moved = true;
-  }
-  return moved;
+  return recordProgress(index, dn) || moved;
 }
 
 bool Execution::progressLocal(int32_t index) {

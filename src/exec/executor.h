@@ -55,6 +55,8 @@ class Execution {
   bool progressRecv(int32_t step);
   bool progressLocal(int32_t step);
   void completeStep(int32_t step);
+  // Stores a step's new progress (publishing it where the step is published); false if none.
+  bool recordProgress(int32_t step, uint64_t done);
   bool peerActive(size_t peerIndex) const;
   void publish(int32_t step);
   std::byte* resolve(const BufRef& ref) const;
