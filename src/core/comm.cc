@@ -358,15 +358,75 @@ bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
 
 Status Comm::execute(const Work& work) {
   Status first;
-  for (const CollArgs& args : work.collectives) {
-    Status s = collective(args);
+  const std::vector<CollArgs>& calls = work.collectives;
+  for (size_t i = 0; i < calls.size();) {
+    size_t used = 1;
+    Status s = calls.size() - i >= 2 ? runFusedPrefix(calls.data() + i, calls.size() - i, &used)
+                                     : collective(calls[i]);
     if (!s.ok() && first.ok()) first = s;
+    i += used;
   }
   if (!work.p2p.empty()) {
     Status s = pointToPoint(work.p2p.data(), work.p2p.size());
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
+  *used = 1;
+  auto fusable = [&](const CollArgs& a) {
+    return a.kind != CollKind::Barrier && a.count > 0 && a.op < collNumOps && a.dtype == calls[0].dtype &&
+           a.op == calls[0].op;
+  };
+  if (asyncError_.load() != collSuccess || !fusable(calls[0]) || !fusable(calls[1])) return collective(calls[0]);
+  HostWindows* w = windows();
+  fused_.clear();
+  fusedBuffers_.clear();
+  size_t k = 0;
+  for (; k < n && fusable(calls[k]); ++k) {
+    PlanChoice choice;
+    COLL_TRY(planCollective(plannerInputs_, calls[k], &choice));
+    if (choice.roundElems != 0) break;
+    const Schedule& part = planFor(calls[k], choice).schedule;
+    if (k > 0 && part.divisor != fused_.divisor) break;
+    const uint64_t windowNeed = (fused_.windowBytes + 63) / 64 * 64 + part.windowBytes;
+    if (part.usesWindows && (w == nullptr || windowNeed > w->halfBytes() ||
+                             fused_.publishSlots + part.publishSlots > w->maxPublishSlots())) {
+      break;
+    }
+    if (k == 0) {
+      fused_.dtype = part.dtype;
+      fused_.op = part.op;
+      fused_.divisor = part.divisor;
+      fused_.algorithm = "fused";
+    }
+    fused_.append(part, static_cast<int32_t>(2 * k), static_cast<int32_t>(2 * k + 1));
+    fusedBuffers_.push_back(const_cast<void*>(calls[k].sendbuff));
+    fusedBuffers_.push_back(calls[k].recvbuff);
+  }
+  if (k < 2) return collective(calls[0]);
+  fused_.finalizePeers();
+  *used = k;
+  ++seq_;
+  COLL_TRACE(rank(), "call %llu: %zu collectives (the first a %s) fused into one schedule of %zu steps",
+             static_cast<unsigned long long>(seq_), k, collKindName(calls[0].kind), fused_.steps.size());
+  ExecBuffers buffers;
+  buffers.extra = fusedBuffers_.data();
+  buffers.nextra = fusedBuffers_.size();
+  Status status = fusedExecution_.start(fused_, buffers, *this, seq_);
+  if (status.ok()) status = runToCompletion(fusedExecution_, *this, callDeadline(), waitPolicy_);
+  return annotate(status, std::to_string(k) + " fused collectives");
+}
+
+Status Comm::annotate(const Status& status, const std::string& what) {
+  if (status.ok()) return status;
+  Status annotated =
+      status.withContext("rank " + std::to_string(rank()) + ": " + what + " (call " + std::to_string(seq_) + ")");
+  if (status.code() == collRemoteError || status.code() == collTimeout || status.code() == collSystemError) {
+    fail(annotated);
+  }
+  return annotated;
 }
 
 Status Comm::enqueue(Work work) {

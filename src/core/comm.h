@@ -113,6 +113,10 @@ class Comm final : public Links {
   Status runChecked(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
   Status execute(const Work& work);
+  // Runs calls[0..n) as one schedule when they can be fused (same type and op, no rounds, the
+  // host windows large enough); sets *used to how many calls it ran (at least 1).
+  Status runFusedPrefix(const CollArgs* calls, size_t n, size_t* used);
+  Status annotate(const Status& status, const std::string& what);
   void progressLoop();
   void stopProgressThread();
 
@@ -147,6 +151,11 @@ class Comm final : public Links {
   };
   std::list<PlanEntry> plans_;  // most recently used first, at most kMaxPlans
   static constexpr size_t kMaxPlans = 16;
+
+  // Fused groups of collectives: rebuilt per group into kept storage.
+  Schedule fused_;
+  Execution fusedExecution_;
+  std::vector<void*> fusedBuffers_;
 
   // Point-to-point batches: rebuilt per call into kept storage.
   Schedule p2pSchedule_;

@@ -86,6 +86,43 @@ void Schedule::addSelfCopy(uint64_t count) {
   addStep(c);
 }
 
+void Schedule::append(const Schedule& part, int32_t sendExtra, int32_t recvExtra) {
+  constexpr uint64_t kAlign = 64;
+  const uint64_t scratchBase = (scratchBytes + kAlign - 1) / kAlign * kAlign;
+  const uint64_t windowBase = (windowBytes + kAlign - 1) / kAlign * kAlign;
+  const int32_t stepBase = static_cast<int32_t>(steps.size());
+  const int32_t slotBase = publishSlots;
+  auto remap = [&](BufRef r) {
+    switch (r.kind) {
+      case BufKind::Send: return extraAt(sendExtra, r.offset);
+      case BufKind::Recv: return extraAt(recvExtra, r.offset);
+      case BufKind::Scratch: r.offset += scratchBase; return r;
+      case BufKind::Window: r.offset += windowBase; return r;
+      case BufKind::Extra: break;  // parts are single calls: they name no extra buffers
+    }
+    return r;
+  };
+  for (const Step& src : part.steps) {
+    Step st = src;
+    st.src = remap(src.src);
+    st.dst = remap(src.dst);
+    st.srcBegin = static_cast<uint32_t>(srcs.size());
+    for (uint32_t k = 0; k < src.nsrcs; ++k) srcs.push_back(remap(part.srcs[src.srcBegin + k]));
+    if (st.publishSlot >= 0) st.publishSlot += slotBase;
+    const int32_t index = addStep(st);
+    for (uint32_t k = 0; k < src.ndeps; ++k) {
+      Dep d = part.deps[src.depBegin + k];
+      if (d.kind == DepKind::Step) d.step += stepBase;
+      if (d.kind == DepKind::PeerStep) d.slot += slotBase;
+      addDep(index, d);
+    }
+  }
+  if (part.scratchBytes > 0) scratchBytes = scratchBase + part.scratchBytes;
+  if (part.usesWindows) windowBytes = windowBase + part.windowBytes;
+  publishSlots += part.publishSlots;
+  usesWindows = usesWindows || part.usesWindows;
+}
+
 void Schedule::finalizePeers() {
   peers.clear();
   for (const Step& s : steps) {

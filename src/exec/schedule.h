@@ -100,6 +100,11 @@ struct Schedule {
   int32_t addReduce(const BufRef& dst, const BufRef* sources, uint32_t nsources, uint64_t count);
   // Fills `peers` from the steps.
   void finalizePeers();
+  // Appends another call's schedule (same dtype, op and divisor) so both run as one: its send
+  // and receive buffers become Extra buffers `sendExtra` / `recvExtra`, its scratch, window
+  // bytes, progress slots and step indices move past this schedule's. Every rank fuses the same
+  // calls in the same order, so peers' slots and streams line up. Call finalizePeers() after.
+  void append(const Schedule& part, int32_t sendExtra, int32_t recvExtra);
   // The whole plan of a rank that reduces with nobody: recv = send. The copy stays in in-place
   // plans too (the executor skips it when source and destination coincide), since plans are
   // reused with other pointers.

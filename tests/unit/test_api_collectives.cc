@@ -153,6 +153,37 @@ TEST(ApiCollectives, MixedCollectivesInOneGroup) {
   });
 }
 
+// Gradient buckets: many calls of one type and op in one group run as one fused schedule
+// (direct-sized and ring-sized ones together, in and out of place, an all-gather among them).
+TEST(ApiCollectives, ManyAllReducesInOneGroupAreFusedAndCorrect) {
+  const int n = 3;
+  withComms(n, [&](int rank, collComm_t comm) {
+    const std::vector<size_t> counts = {1, 7, 1000, 300000, 5, 70000};
+    for (int round = 0; round < 2; ++round) {  // the second round reuses the cached parts
+      std::vector<std::vector<float>> in(counts.size()), out(counts.size());
+      for (size_t b = 0; b < counts.size(); ++b) {
+        in[b].assign(counts[b], static_cast<float>(rank + b + round));
+        out[b].assign(counts[b], -1.0f);
+      }
+      std::vector<float> gathered(4 * n, -1.0f), mine(4, static_cast<float>(rank));
+      ASSERT_EQ(collGroupStart(), collSuccess);
+      for (size_t b = 0; b < counts.size(); ++b) {
+        float* dst = b % 2 ? in[b].data() : out[b].data();  // odd buckets in place
+        ASSERT_EQ(collAllReduce(in[b].data(), dst, counts[b], collFloat32, collSum, comm, nullptr), collSuccess);
+      }
+      ASSERT_EQ(collAllGather(mine.data(), gathered.data(), 4, collFloat32, comm, nullptr), collSuccess);
+      ASSERT_EQ(collGroupEnd(), collSuccess) << collGetLastError(comm);
+      for (size_t b = 0; b < counts.size(); ++b) {
+        const std::vector<float>& result = b % 2 ? in[b] : out[b];
+        const float expect = static_cast<float>(n * (n - 1) / 2 + n * (b + round));
+        for (size_t i = 0; i < counts[b]; i += 97) ASSERT_EQ(result[i], expect) << "bucket " << b << " i " << i;
+        ASSERT_EQ(result.back(), expect);
+      }
+      for (int r = 0; r < n; ++r) EXPECT_EQ(gathered[4 * r + 3], static_cast<float>(r));
+    }
+  });
+}
+
 TEST(ApiCollectives, PreMulSumScalesEachContributionOnce) {
   const int n = 3;
   withComms(n, [&](int rank, collComm_t comm) {
