@@ -70,6 +70,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   connections_.resize(nranks);
   waitPolicy_ = waitPolicyFor(topo_.localSize());
   waitPolicy_.timeoutMs = timeoutMs_;
+  checkCalls_ = knobBool("COLL_CHECK");
 
   plannerInputs_.topo = &topo_;
   plannerInputs_.haveWindows = shm_ != nullptr;
@@ -356,9 +357,53 @@ bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
   return true;
 }
 
+Status Comm::checkSameCall(const CollArgs& args) {
+  // A fixed-size fingerprint, so the check's own all-gather matches whatever the ranks called.
+  struct Fingerprint {
+    int32_t kind, dtype, op, root;
+    uint64_t count;
+  };
+  Fingerprint mine{static_cast<int32_t>(args.kind), static_cast<int32_t>(args.dtype),
+                   args.op < collNumOps ? static_cast<int32_t>(args.op) : -1, args.root, args.count};
+  const bool reducing = args.kind == CollKind::AllReduce || args.kind == CollKind::Reduce ||
+                        args.kind == CollKind::ReduceScatter;
+  if (!reducing) mine.op = 0;
+  const bool rooted = args.kind == CollKind::Broadcast || args.kind == CollKind::Reduce ||
+                      args.kind == CollKind::Gather || args.kind == CollKind::Scatter;
+  if (!rooted) mine.root = -1;
+  std::vector<Fingerprint> all(static_cast<size_t>(topo_.nranks));
+  CollArgs gather;
+  gather.kind = CollKind::AllGather, gather.sendbuff = &mine, gather.recvbuff = all.data();
+  gather.count = sizeof(Fingerprint), gather.dtype = collUint8;
+  PlanChoice choice;
+  COLL_TRY(planCollective(plannerInputs_, gather, &choice));
+  COLL_TRY(runChecked(gather, choice).withContext("COLL_CHECK"));
+  for (int r = 1; r < topo_.nranks; ++r) {
+    const Fingerprint& a = all[0];
+    const Fingerprint& b = all[r];
+    const char* what = a.kind != b.kind     ? "collective"
+                       : a.count != b.count ? "count"
+                       : a.dtype != b.dtype ? "datatype"
+                       : a.op != b.op       ? "reduction op"
+                       : a.root != b.root   ? "root"
+                                            : nullptr;
+    if (what == nullptr) continue;
+    return makeError(collInvalidUsage,
+                     "COLL_CHECK: ranks disagree on the %s: rank 0 called %s(count %llu, datatype %d, op %d, root %d), "
+                     "rank %d called %s(count %llu, datatype %d, op %d, root %d)",
+                     what, collKindName(static_cast<CollKind>(a.kind)), static_cast<unsigned long long>(a.count),
+                     a.dtype, a.op, a.root, r, collKindName(static_cast<CollKind>(b.kind)),
+                     static_cast<unsigned long long>(b.count), b.dtype, b.op, b.root);
+  }
+  return okStatus();
+}
+
 Status Comm::execute(const Work& work) {
   Status first;
   const std::vector<CollArgs>& calls = work.collectives;
+  if (checkCalls_) {
+    for (const CollArgs& args : calls) COLL_TRY(checkSameCall(args));
+  }
   for (size_t i = 0; i < calls.size();) {
     size_t used = 1;
     Status s = calls.size() - i >= 2 ? runFusedPrefix(calls.data() + i, calls.size() - i, &used)

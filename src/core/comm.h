@@ -117,6 +117,8 @@ class Comm final : public Links {
   // host windows large enough); sets *used to how many calls it ran (at least 1).
   Status runFusedPrefix(const CollArgs* calls, size_t n, size_t* used);
   Status annotate(const Status& status, const std::string& what);
+  // COLL_CHECK: every rank compares this call's fingerprint with rank 0's.
+  Status checkSameCall(const CollArgs& args);
   void progressLoop();
   void stopProgressThread();
 
@@ -133,6 +135,7 @@ class Comm final : public Links {
   std::string name_;
   uint64_t seq_ = 0;  // calls so far; the executor's call number is seq_ after increment
   WaitPolicy waitPolicy_;
+  bool checkCalls_ = false;  // COLL_CHECK
 
   struct PlanKey {
     CollKind kind;

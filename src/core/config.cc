@@ -43,6 +43,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_ALGO", KnobType::String, "", "Force the All-Reduce algorithm: ring or direct.", false},
     {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: what fits in a window half).", false},
     {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank.", false},
+    {"COLL_CHECK", KnobType::Bool, "0", "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).", false},
     // Launcher variables read by collCommInitFromEnv.
     {"RANK", KnobType::Int, "", "torchrun: rank.", true},
     {"WORLD_SIZE", KnobType::Int, "", "torchrun: world size.", true},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -256,6 +257,29 @@ TEST(ApiCollectives, InitAllMakesOneCommunicatorPerThread) {
     EXPECT_EQ(collCommDestroy(comms[r]), collSuccess);
   }
   EXPECT_EQ(collCommInitAll(comms.data(), 0, nullptr), collInvalidArgument);
+}
+
+// COLL_CHECK=1: ranks that disagree on the root (or the count) get a clear error instead of a
+// hang or wrong data, and the communicator stays usable.
+TEST(ApiCollectives, CollCheckNamesMismatchedRootAndCount) {
+  setenv("COLL_CHECK", "1", 1);
+  const int n = 3;
+  withComms(n, [&](int rank, collComm_t comm) {
+    std::vector<int32_t> buf(64, rank), out(64, -1);
+    EXPECT_EQ(collBroadcast(buf.data(), buf.data(), 64, collInt32, rank == 2 ? 1 : 0, comm, nullptr),
+              collInvalidUsage);
+    std::string msg = collGetLastError(comm);
+    EXPECT_NE(msg.find("root"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
+    EXPECT_EQ(collAllReduce(buf.data(), out.data(), rank == 1 ? 32 : 64, collInt32, collSum, comm, nullptr),
+              collInvalidUsage);
+    EXPECT_NE(std::string(collGetLastError(comm)).find("count"), std::string::npos);
+    for (int32_t v : out) EXPECT_EQ(v, -1);
+    // Agreeing calls still run.
+    ASSERT_EQ(collAllReduce(buf.data(), out.data(), 64, collInt32, collSum, comm, nullptr), collSuccess);
+    EXPECT_EQ(out[0], n * (n - 1) / 2);
+  });
+  unsetenv("COLL_CHECK");
 }
 
 TEST(ApiCollectives, BadInputIsAClearErrorAndTouchesNothing) {
