@@ -433,8 +433,8 @@ collResult_t collCommFinalize(collComm_t comm) {
   Comm* c = nullptr;
   Status s = lookup(comm, &c);
   if (!s.ok()) return report(s);
-  // Blocking communicators have no outstanding work when control returns to the caller.
-  return collSuccess;
+  // Outstanding stream work completes first: an empty piece of work queued behind it runs last.
+  return report(c->runNow(Comm::Work{}), c->rank());
 }
 
 collResult_t collCommDestroy(collComm_t comm) {

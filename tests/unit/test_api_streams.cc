@@ -62,6 +62,9 @@ TEST(ApiStreams, QueuedWorkLetsTheCallerComputeMeanwhile) {
     if (rank == 0) {
       EXPECT_EQ(collHostStreamQuery(s), collInProgress);
     }
+    // Finalize completes outstanding stream work (NCCL's ncclCommFinalize flushes too).
+    ASSERT_EQ(collCommFinalize(comm), collSuccess);
+    EXPECT_EQ(collHostStreamQuery(s), collSuccess);
     ASSERT_EQ(collHostStreamSynchronize(s), collSuccess);
     for (size_t i = 0; i < big.size(); i += 4099) ASSERT_EQ(big[i], 2.0f);
     EXPECT_EQ(collHostStreamDestroy(s), collSuccess);
