@@ -47,16 +47,16 @@ set +e
 unset COLL_HOSTID COLL_TRANSPORT COLL_ALGO
 export COLL_DEBUG=INFO COLL_TIMEOUT=60 COLL_SOCKET_IFNAME=cv
 failures=0
-run() {  # run NAME NP FAMILY [collrun options...]
-  local name=$1 np=$2 family=$3
-  shift 3
+run() {  # run NAME NP FAMILY PLACEMENT [collrun options...]
+  local name=$1 np=$2 family=$3 placement=$4
+  shift 4
   local log
   log=$(mktemp)
   echo "---- $name: $np ranks over $family"
   if [ "$family" = IPv6 ]; then
-    COLL_SOCKET_FAMILY=AF_INET6 "$COLLRUN" -np "$np" --netns "$NS_A,$NS_B" --timeout 120 "$@" "$CHECK" --quick >"$log" 2>&1
+    COLL_SOCKET_FAMILY=AF_INET6 "$COLLRUN" -np "$np" --netns "$placement" --timeout 120 "$@" "$CHECK" --quick >"$log" 2>&1
   else
-    "$COLLRUN" -np "$np" --netns "$NS_A,$NS_B" --timeout 120 "$@" "$CHECK" --quick >"$log" 2>&1
+    "$COLLRUN" -np "$np" --netns "$placement" --timeout 120 "$@" "$CHECK" --quick >"$log" 2>&1
   fi
   local rc=$?
   grep -v " INFO " "$log" | tail -n 30
@@ -77,10 +77,12 @@ run() {  # run NAME NP FAMILY [collrun options...]
   rm -f "$log"
 }
 
-run ipv4-2 2 IPv4
-run ipv4-4 4 IPv4
-run ipv6-2 2 IPv6 --rendezvous 2001:2::1
-run ipv6-4 4 IPv6 --rendezvous 2001:2::1
+run ipv4-2 2 IPv4 "$NS_A,$NS_B"
+run ipv4-4 4 IPv4 "$NS_A,$NS_B"
+# One namespace per rank, listed explicitly: an uneven split (two ranks in A, one in B).
+run ipv4-3-uneven 3 IPv4 "$NS_A,$NS_A,$NS_B"
+run ipv6-2 2 IPv6 "$NS_A,$NS_B" --rendezvous 2001:2::1
+run ipv6-4 4 IPv6 "$NS_A,$NS_B" --rendezvous 2001:2::1
 
 if [ $failures -ne 0 ]; then
   echo "netns_two_hosts: $failures run(s) failed"
