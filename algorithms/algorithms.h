@@ -10,6 +10,16 @@
 
 namespace coll {
 
+// A rank with nobody to talk to: its result is its input (the average over one rank too).
+// Returns true when it has completed the plan, so builders start with
+// `if (planAlone(topo, count, &s)) return;`.
+inline bool planAlone(const Topology& topo, uint64_t count, Schedule* s) {
+  if (topo.nranks > 1) return false;
+  s->addSelfCopy(count);
+  s->finalizePeers();
+  return true;
+}
+
 // Pipelined ring All-Reduce over all ranks: reduce-scatter then all-gather, p-1 steps each, with
 // per-slice dependencies so a chunk moves on as soon as a slice has been reduced. collAvg
 // becomes a sum plus one Divide of the rank's own chunk before the all-gather, so every rank

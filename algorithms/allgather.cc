@@ -55,11 +55,7 @@ void buildBruckAllGather(const Topology& topo, const CollArgs& args, Schedule* o
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;
   const uint64_t blockBytes = count * es;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   auto mod = [p](int64_t x) { return static_cast<int32_t>(((x % p) + p) % p); };
   // Scratch block i holds block (r + i) mod p: every rank's blocks are in the same relative
   // order, so each round moves one contiguous run.

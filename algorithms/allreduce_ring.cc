@@ -11,12 +11,7 @@ void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* ou
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;
 
-  if (p <= 1) {
-    // The average over one rank is the value itself.
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
 
   const uint64_t base = count / p, extra = count % p;
   auto chunkStart = [&](int32_t c) { return c * base + std::min<uint64_t>(c, extra); };

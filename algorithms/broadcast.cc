@@ -25,11 +25,7 @@ void buildRingBroadcast(const Topology& topo, const CollArgs& args, Schedule* ou
   const int32_t r = topo.rank;
   const int32_t root = args.root;
   const uint64_t count = args.count;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   const int32_t v = (r - root + p) % p;  // position in the chain
   const int32_t right = (r + 1) % p, left = (r - 1 + p) % p;
   if (v == 0) {
@@ -68,11 +64,7 @@ void buildTreeBroadcast(const Topology& topo, const CollArgs& args, Schedule* ou
   const int32_t r = topo.rank;
   const int32_t root = args.root;
   const uint64_t count = args.count;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   const int32_t v = (r - root + p) % p;
   auto real = [&](int32_t vr) { return (vr + root) % p; };
   // Binomial tree on virtual ranks: the parent clears v's lowest set bit; the children set each

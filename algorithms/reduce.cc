@@ -27,11 +27,7 @@ void buildRingReduce(const Topology& topo, const CollArgs& args, Schedule* out) 
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   // Chain root+1 -> root+2 -> ... -> root-1 -> root.
   const int32_t v = (r - args.root + p) % p;
   const int32_t right = (r + 1) % p, left = (r - 1 + p) % p;
@@ -79,11 +75,7 @@ void buildTreeReduce(const Topology& topo, const CollArgs& args, Schedule* out) 
   const int32_t r = topo.rank;
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   const int32_t root = args.root;
   const int32_t v = (r - root + p) % p;
   auto real = [&](int32_t vr) { return (vr + root) % p; };

@@ -15,11 +15,7 @@ void buildRingReduceScatter(const Topology& topo, const CollArgs& args, Schedule
   const uint64_t es = dataTypeSize(args.dtype);
   const uint64_t count = args.count;
   const uint64_t blockBytes = count * es;
-  if (p <= 1) {
-    s.addSelfCopy(count);
-    s.finalizePeers();
-    return;
-  }
+  if (planAlone(topo, count, &s)) return;
   auto mod = [p](int64_t x) { return static_cast<int32_t>(((x % p) + p) % p); };
   const int32_t right = mod(r + 1), left = mod(r - 1);
   // In step k rank r sends the partial of block r-k-1 and receives that of block r-k-2, so step
