@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "stream_pump.h"
 #include "transports/shm/shm_transport.h"
 
 namespace coll {
@@ -133,65 +134,15 @@ std::vector<std::unique_ptr<ShmHost>> createHosts(int n, const ShmOptions& optio
   return hosts;
 }
 
-uint8_t patternByte(uint64_t pos, uint64_t seed) { return static_cast<uint8_t>((pos * 0x9E3779B1u + seed) >> 7); }
+using testutil::pumpStream;
 
-// Sends `total` bytes in random slices while receiving `total` bytes, checking every byte.
-// Returns false (with a message) on the first wrong byte or a stall.
-bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed,
-                size_t maxSlice, std::string* error, ShmHost* sleeper = nullptr) {
-  std::mt19937 rng(rngSeed);
-  uint64_t sent = 0, received = 0;
-  auto start = std::chrono::steady_clock::now();
-  while (sent < total || received < total) {
-    bool moved = false;
-    if (sent < total) {
-      auto space = c->sendSpace();
-      if (!space.empty()) {
-        size_t n = std::min<uint64_t>({space.size(), total - sent, 1 + rng() % maxSlice});
-        for (size_t i = 0; i < n; ++i) space[i] = std::byte{patternByte(sent + i, sendSeed)};
-        c->sendCommit(n);
-        sent += n;
-        moved = true;
-      }
-    }
-    bool progressed = false;
-    Status st = c->progress(&progressed);
-    if (!st.ok()) {
-      *error = st.message();
-      return false;
-    }
-    auto data = c->recvData();
-    if (!data.empty()) {
-      size_t n = std::min<size_t>(data.size(), 1 + rng() % maxSlice);
-      for (size_t i = 0; i < n; ++i) {
-        if (data[i] != std::byte{patternByte(received + i, recvSeed)}) {
-          *error = "wrong byte at stream position " + std::to_string(received + i);
-          return false;
-        }
-      }
-      c->recvConsume(n);
-      received += n;
-      moved = true;
-    }
-    if (!moved && !progressed) {
-      if (sleeper != nullptr) {
-        uint64_t token = sleeper->prepareWait();
-        if (c->recvData().empty() && c->sendSpace().empty()) sleeper->wait(token, 100);
-        else sleeper->cancelWait();
-      } else {
-        std::this_thread::yield();
-      }
-      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
-        *error = "stalled at sent " + std::to_string(sent) + " received " + std::to_string(received);
-        return false;
-      }
-    }
-  }
-  if (c->sentBytes() != total || c->receivedBytes() != total) {
-    *error = "stream positions disagree";
-    return false;
-  }
-  return true;
+// Idle step of a shared-memory pump: sleep on the host's futex doorbell until the peer moves.
+std::function<void()> sleepOn(ShmHost* host, Connection* c) {
+  return [host, c] {
+    uint64_t token = host->prepareWait();
+    if (c->recvData().empty() && c->sendSpace().empty()) host->wait(token, 100);
+    else host->cancelWait();
+  };
 }
 
 TEST(Shm, SingleRankLoopbackAndWindows) {
@@ -250,8 +201,8 @@ TEST(Shm, BidirectionalStreamWithWrapAround) {
   const uint64_t total = 64ull << 20;
   std::string e0, e1;
   bool ok0 = false, ok1 = false;
-  std::thread t0([&] { ok0 = pumpStream(c01.get(), total, 11, 22, 7, 20000, &e0, hosts[0].get()); });
-  std::thread t1([&] { ok1 = pumpStream(c10.get(), total, 22, 11, 8, 20000, &e1, hosts[1].get()); });
+  std::thread t0([&] { ok0 = pumpStream(c01.get(), total, 11, 22, 7, 20000, &e0, sleepOn(hosts[0].get(), c01.get())); });
+  std::thread t1([&] { ok1 = pumpStream(c10.get(), total, 22, 11, 8, 20000, &e1, sleepOn(hosts[1].get(), c10.get())); });
   t0.join();
   t1.join();
   EXPECT_TRUE(ok0) << e0;

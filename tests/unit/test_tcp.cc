@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "stream_pump.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {
@@ -59,48 +60,7 @@ void makePair(const TcpOptions& o, std::unique_ptr<TcpConnection>* ca, std::uniq
   ASSERT_TRUE(s2.ok()) << s2.message();
 }
 
-uint8_t patternByte(uint64_t pos, uint64_t seed) { return static_cast<uint8_t>((pos * 0x9E3779B1u + seed) >> 7); }
-
-bool pump(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed, size_t maxSlice,
-          std::string* error) {
-  std::mt19937 rng(rngSeed);
-  uint64_t sent = 0, received = 0;
-  auto start = std::chrono::steady_clock::now();
-  while (sent < total || received < total || !c->sendsFlushed()) {
-    if (sent < total) {
-      auto space = c->sendSpace();
-      if (!space.empty()) {
-        size_t n = std::min<uint64_t>({space.size(), total - sent, 1 + rng() % maxSlice});
-        for (size_t i = 0; i < n; ++i) space[i] = std::byte{patternByte(sent + i, sendSeed)};
-        c->sendCommit(n);
-        sent += n;
-      }
-    }
-    bool progressed = false;
-    Status st = c->progress(&progressed);
-    if (!st.ok()) {
-      *error = st.message();
-      return false;
-    }
-    auto data = c->recvData();
-    if (!data.empty()) {
-      size_t n = std::min<size_t>(data.size(), 1 + rng() % maxSlice);
-      for (size_t i = 0; i < n; ++i) {
-        if (data[i] != std::byte{patternByte(received + i, recvSeed)}) {
-          *error = "wrong byte at stream position " + std::to_string(received + i);
-          return false;
-        }
-      }
-      c->recvConsume(n);
-      received += n;
-    }
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
-      *error = "stalled at sent " + std::to_string(sent) + " received " + std::to_string(received);
-      return false;
-    }
-  }
-  return c->sentBytes() == total && c->receivedBytes() == total;
-}
+using testutil::pumpStream;
 
 class TcpStreams : public ::testing::TestWithParam<int> {};
 
@@ -115,8 +75,8 @@ TEST_P(TcpStreams, Bidirectional64MiB) {
   const uint64_t total = 64ull << 20;
   std::string ea, eb;
   bool oka = false, okb = false;
-  std::thread ta([&] { oka = pump(a.get(), total, 1, 2, 10, 300000, &ea); });
-  std::thread tb([&] { okb = pump(b.get(), total, 2, 1, 20, 300000, &eb); });
+  std::thread ta([&] { oka = pumpStream(a.get(), total, 1, 2, 10, 300000, &ea); });
+  std::thread tb([&] { okb = pumpStream(b.get(), total, 2, 1, 20, 300000, &eb); });
   ta.join();
   tb.join();
   EXPECT_TRUE(oka) << ea;
@@ -133,8 +93,8 @@ TEST_P(TcpStreams, SmallRingsManyWraps) {
   const uint64_t total = 8ull << 20;
   std::string ea, eb;
   bool oka = false, okb = false;
-  std::thread ta([&] { oka = pump(a.get(), total, 3, 4, 30, 5000, &ea); });
-  std::thread tb([&] { okb = pump(b.get(), total, 4, 3, 40, 5000, &eb); });
+  std::thread ta([&] { oka = pumpStream(a.get(), total, 3, 4, 30, 5000, &ea); });
+  std::thread tb([&] { okb = pumpStream(b.get(), total, 4, 3, 40, 5000, &eb); });
   ta.join();
   tb.join();
   EXPECT_TRUE(oka) << ea;
@@ -280,7 +240,7 @@ TEST(Tcp, ConnectThroughBootstrap) {
       TcpOptions o = smallOptions(r == 0 ? 3 : 1, 256 << 10, 16 << 10);
       results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
       if (!results[r].ok()) return;
-      ok[r] = pump(conn[r].get(), 4 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
+      ok[r] = pumpStream(conn[r].get(), 4 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
     });
   }
   for (auto& th : t) th.join();
