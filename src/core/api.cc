@@ -252,12 +252,6 @@ Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, c
 }
 
 
-Comm::P2pCall p2pCall(const CollArgs& a) {
-  const bool send = a.kind == CollKind::Send;
-  return Comm::P2pCall{send, a.peer, send ? const_cast<void*>(a.sendbuff) : a.recvbuff,
-                       a.count * dataTypeSize(a.dtype)};
-}
-
 bool isP2p(const CollArgs& a) { return a.kind == CollKind::Send || a.kind == CollKind::Recv; }
 
 // Zero-count collectives are no-ops (a barrier always runs).
@@ -287,8 +281,9 @@ collResult_t submit(collComm_t handle, const CollArgs& args, collStream_t stream
     return collSuccess;
   }
   if (!worthRunning(args)) return collSuccess;
+  if (!hostStream) return report(c->runNow(args), c->rank());
   Comm::Work work;
-  if (isP2p(args)) work.p2p.push_back(p2pCall(args));
+  if (isP2p(args)) work.p2p.push_back(Comm::p2pCallOf(args));
   else work.collectives.push_back(args);
   return report(dispatch(*c, std::move(work), hostStream), c->rank());
 }
@@ -313,7 +308,7 @@ Status runGroup(std::vector<QueuedCall>& calls) {
     Comm::Work work;
     for (const QueuedCall& call : calls) {
       if (call.comm != handle || !worthRunning(call.args)) continue;
-      if (isP2p(call.args)) work.p2p.push_back(p2pCall(call.args));
+      if (isP2p(call.args)) work.p2p.push_back(Comm::p2pCallOf(call.args));
       else work.collectives.push_back(call.args);
     }
     Comm* c = nullptr;

@@ -477,19 +477,38 @@ Status Comm::annotate(const Status& status, const std::string& what) {
 Status Comm::enqueue(Work work) {
   std::lock_guard<std::mutex> lock(queueMu_);
   if (aborted_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
-  if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressLoop(); });
+  if (!progressThread_.joinable()) {
+    progressThread_ = std::thread([this] { progressLoop(); });
+    threaded_.store(true, std::memory_order_release);
+  }
   queue_.push_back(std::move(work));
   queueCv_.notify_one();
   return okStatus();
 }
 
-Status Comm::runNow(Work work) {
-  bool threaded;
-  {
-    std::lock_guard<std::mutex> lock(queueMu_);
-    threaded = progressThread_.joinable();
+Comm::P2pCall Comm::p2pCallOf(const CollArgs& a) {
+  const bool send = a.kind == CollKind::Send;
+  return P2pCall{send, a.peer, send ? const_cast<void*>(a.sendbuff) : a.recvbuff, a.count * dataTypeSize(a.dtype)};
+}
+
+Status Comm::runNow(const CollArgs& args) {
+  const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
+  if (!threaded_.load(std::memory_order_acquire)) {
+    if (p2p) {
+      P2pCall call = p2pCallOf(args);
+      return pointToPoint(&call, 1);
+    }
+    if (checkCalls_) COLL_TRY(checkSameCall(args));
+    return collective(args);
   }
-  if (!threaded) return execute(work);
+  Work work;
+  if (p2p) work.p2p.push_back(p2pCallOf(args));
+  else work.collectives.push_back(args);
+  return runNow(std::move(work));
+}
+
+Status Comm::runNow(Work work) {
+  if (!threaded_.load(std::memory_order_acquire)) return execute(work);
   // A private stream carries the completion of this one piece of work.
   auto done = std::make_shared<HostStream>();
   work.stream = done;

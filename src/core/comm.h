@@ -58,6 +58,7 @@ class Comm final : public Links {
     uint64_t bytes;
   };
   Status pointToPoint(const P2pCall* calls, size_t ncalls);
+  static P2pCall p2pCallOf(const CollArgs& sendOrRecv);
 
   // PreMulSum ops of this communicator: collNumOps + index.
   Status createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op);
@@ -81,6 +82,9 @@ class Comm final : public Links {
   // Runs work now on this thread, or, once a progress thread exists, through it (so calls on
   // one communicator never run concurrently) and waits.
   Status runNow(Work work);
+  // One call (collective or point-to-point): the blocking fast path, allocation-free while the
+  // communicator has no progress thread.
+  Status runNow(const CollArgs& args);
 
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
@@ -180,6 +184,7 @@ class Comm final : public Links {
   std::deque<Work> queue_;
   bool stopping_ = false;
   std::thread progressThread_;
+  std::atomic<bool> threaded_{false};  // progressThread_ started (read without the lock)
 
   CommConfig config_;
   std::atomic<collResult_t> asyncError_{collSuccess};
