@@ -3,12 +3,54 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "core/status.h"
 
 #include "core/coll_args.h"
 #include "exec/schedule.h"
 #include "topo/topology.h"
 
 namespace coll {
+
+// Every algorithm a plan can name. COLL_ALGO uses algoName()'s spelling.
+enum class AlgoId : uint8_t {
+  Ring,               // pipelined ring (All-Reduce, Broadcast/Reduce chain, All-Gather, Reduce-Scatter)
+  Direct,             // one host: shared windows, every rank reduces a slice (All-Reduce)
+  Tree,               // All-Reduce: double binary tree; Broadcast/Reduce: binomial tree
+  Bruck,              // All-Gather, small blocks
+  Pairwise,           // All-to-All
+  Linear,             // Gather, Scatter
+  Dissemination,      // Barrier
+  RecursiveDoubling,  // All-Reduce, small messages: ceil(log2 p) exchanges of the whole vector
+  Rabenseifner,       // All-Reduce, medium: recursive-halving reduce-scatter + recursive-doubling all-gather
+  Torus,              // All-Reduce over a 2D/3D grid, bidirectional rings per dimension
+  Hierarchical,       // reduce-scatter inside each host, across hosts per shard, all-gather inside
+};
+inline constexpr int kAlgoCount = 11;
+const char* algoName(AlgoId algo);
+// Parses algoName()'s spelling; false if unknown.
+bool algoFromName(const std::string& name, AlgoId* out);
+
+// Torus dimensions, fastest-varying first: rank = x + d[0] * (y + d[1] * z).
+struct TorusDims {
+  int32_t ndims = 0;  // 1, 2 or 3 (0 = unset)
+  int32_t d[3] = {1, 1, 1};
+  int64_t product() const { return static_cast<int64_t>(d[0]) * d[1] * d[2]; }
+};
+// The grid for `nranks` ranks: `forced` ("XxY" or "XxYxZ", from COLL_TORUS_DIMS) when given, which
+// must multiply to nranks (else collInvalidUsage naming both); else localSize x nhosts when every
+// host holds the same number of ranks (> 1 each, > 1 host); else the most balanced factorisation
+// into two or three factors (a prime rank count gives one dimension: a ring).
+Status torusDimsFor(const Topology& topo, const std::string& forced, TorusDims* out);
+
+// Planner choices a builder uses beyond the call itself.
+struct AlgoOptions {
+  int32_t channels = 1;             // ring-based: 2 = half the data each way round (both link directions)
+  TorusDims torus;                  // Torus, and Hierarchical with interHost == Torus (dims over hosts)
+  AlgoId interHost = AlgoId::Ring;  // Hierarchical: All-Reduce of each shard across hosts
+                                    // (Ring, Tree, Torus, RecursiveDoubling or Rabenseifner)
+};
 
 // A rank with nobody to talk to: its result is its input (the average over one rank too).
 // Returns true when it has completed the plan, so builders start with
@@ -24,7 +66,40 @@ inline bool planAlone(const Topology& topo, uint64_t count, Schedule* s) {
 // per-slice dependencies so a chunk moves on as soon as a slice has been reduced. collAvg
 // becomes a sum plus one Divide of the rank's own chunk before the all-gather, so every rank
 // ends with bit-identical results.
-void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// channels == 2 runs half the data each way round the ring (uses both directions of every link).
+void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out, int32_t channels = 1);
+
+// ---- algorithms for scale (issue #4). All correct for any rank count; collAvg divides once, so
+// every rank ends with bit-identical results.
+
+// Recursive doubling: ceil(log2 p) exchanges of the whole vector (non-powers of two: the first
+// 2(p - p') ranks pair up before and after, p' the largest power of two <= p).
+void buildRecursiveDoublingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// Rabenseifner: recursive-halving reduce-scatter then recursive-doubling all-gather (same
+// non-power-of-two pairing), 2 log2 p' steps moving 2(p'-1)/p' of the vector.
+void buildRabenseifnerAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// NCCL's double binary tree: two complementary binary trees over the hosts, each carrying half
+// the data, pipelined (reduce up, broadcast down); inside each host a chain. Depth ceil(log2 H)
+// plus the chain.
+void buildDoubleBinaryTreeAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
+// Torus: reduce-scatter along each dimension in turn, then all-gather back in reverse order,
+// each as two half-size rings running in opposite directions. 2 * sum(d_i - 1) steps per direction.
+void buildTorusAllReduce(const Topology& topo, const CollArgs& args, const TorusDims& dims, Schedule* out);
+// Hierarchical: ring reduce-scatter inside each host, an All-Reduce of every shard across hosts
+// (options.interHost, among the ranks that own that shard on each host, so every local rank
+// drives its own shard), ring all-gather inside each host. Hosts may hold different numbers of
+// ranks (shards are cut at every host's chunk boundaries).
+void buildHierarchicalAllReduce(const Topology& topo, const CollArgs& args, const AlgoOptions& options, Schedule* out);
+// The same hierarchy for the other collectives where it pays (uniform hosts: every host holds the
+// same number of ranks, ranks in blocks; the builders assert it and the planner checks it):
+// Reduce-Scatter: inside each host, reduce-scatter into per-local-index pieces; then
+// reduce-scatter across hosts among equal local indices. All-Gather: the reverse. Broadcast: the
+// root's data goes across hosts (one rank per host, tree or chain), then inside each host.
+void buildHierarchicalReduceScatter(const Topology& topo, const CollArgs& args, Schedule* out);
+void buildHierarchicalAllGather(const Topology& topo, const CollArgs& args, Schedule* out);
+void buildHierarchicalBroadcast(const Topology& topo, const CollArgs& args, Schedule* out);
+// True when every host holds the same number of ranks and ranks are numbered in host blocks.
+bool uniformBlockHosts(const Topology& topo);
 
 // Direct All-Reduce for ranks that share one host (topo.singleHost()): each rank copies its input
 // into its host window; each rank reduces its slice reading every local window in rank order

@@ -10,19 +10,6 @@
 
 namespace coll {
 
-const char* algoName(AlgoId algo) {
-  switch (algo) {
-    case AlgoId::Ring: return "ring";
-    case AlgoId::Direct: return "direct";
-    case AlgoId::Tree: return "tree";
-    case AlgoId::Bruck: return "bruck";
-    case AlgoId::Pairwise: return "pairwise";
-    case AlgoId::Linear: return "linear";
-    case AlgoId::Dissemination: return "dissemination";
-  }
-  return "?";
-}
-
 double predictRing(const PlannerInputs& in, uint64_t bytes) {
   const Topology& t = *in.topo;
   int p = t.nranks;

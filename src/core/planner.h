@@ -5,14 +5,13 @@
 #include <cstdint>
 #include <string>
 
+#include "algorithms/algorithms.h"
 #include "core/coll_args.h"
 #include "core/status.h"
 #include "topo/topology.h"
 
 namespace coll {
 
-enum class AlgoId : uint8_t { Ring, Direct, Tree, Bruck, Pairwise, Linear, Dissemination };
-const char* algoName(AlgoId algo);
 
 // Cost of moving a message over one link class: alpha seconds per message, beta seconds per byte.
 struct LinkCost {

@@ -237,7 +237,7 @@ void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
   const Schedule& schedule = *schedule_;
   buffers_ = buffers;
   seq_ = seq;
-  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : knobSliceBytes();
+  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : schedule_->sliceBytes != 0 ? schedule_->sliceBytes : knobSliceBytes();
   sliceElems_ = std::max<uint64_t>(1, slice / es_);
   const size_t nsteps = schedule.steps.size();
   for (size_t i = 0; i < nsteps; ++i) {

@@ -38,6 +38,7 @@ void Schedule::clear() {
   publishSlots = 0;
   usesWindows = false;
   divisor = 1;
+  sliceBytes = 0;
   algorithm = "";
   version++;
 }
@@ -74,6 +75,22 @@ int32_t Schedule::addReduce(const BufRef& dst, const BufRef* sources, uint32_t n
   s.nsrcs = nsources;
   srcs.insert(srcs.end(), sources, sources + nsources);
   return addStep(s);
+}
+
+int32_t Schedule::addJoin(int32_t firstStep) {
+  // A one-element copy onto itself: the executor skips the memcpy (source == destination) but
+  // completes the step only when its dependencies have.
+  Step j;
+  j.kind = StepKind::Copy;
+  j.src = scratchAt(0);
+  j.dst = scratchAt(0);
+  j.count = 1;
+  const int32_t last = static_cast<int32_t>(steps.size());
+  const int32_t index = addStep(j);
+  for (int32_t k = std::max(firstStep, 0); k < last; ++k) {
+    if (steps[k].count > 0) addDep(index, wholeStepDep(k));
+  }
+  return index;
 }
 
 void Schedule::addSelfCopy(uint64_t count) {

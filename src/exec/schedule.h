@@ -85,6 +85,7 @@ struct Schedule {
   collDataType_t dtype = collFloat32;
   collRedOp_t op = collSum;   // never collAvg: builders turn it into collSum + Divide steps
   uint64_t divisor = 1;       // for Divide steps
+  uint64_t sliceBytes = 0;    // executor slice for this plan (the planner's chunk size; 0 = COLL_SLICE_BYTES)
   const char* algorithm = ""; // name, for logs
   uint64_t version = 0;       // bumped by clear(): an Execution prepared for an older version re-prepares
 
@@ -98,6 +99,10 @@ struct Schedule {
   void addDep(int32_t stepIndex, const Dep& dep);
   // Reduce step with the given sources (in reduction order).
   int32_t addReduce(const BufRef& dst, const BufRef* sources, uint32_t nsources, uint64_t count);
+  // A local no-op step that completes once every step in [firstStep, now) has completed: the gate
+  // between phases of a composed algorithm (the next phase's steps wait for it instead of each of
+  // the previous phase's steps, which also covers write-after-read of shared buffers).
+  int32_t addJoin(int32_t firstStep);
   // Fills `peers` from the steps.
   void finalizePeers();
   // Appends another call's schedule (same dtype, op and divisor) so both run as one: its send

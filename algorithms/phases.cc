@@ -1,0 +1,142 @@
+// Ring phases over a group (reduce-scatter, all-gather, All-Reduce) and the flat ring All-Reduce
+// built from them.
+#include "algorithms/phases.h"
+
+#include <numeric>
+
+namespace coll {
+
+namespace {
+
+void gateStep(Schedule* s, int32_t step, int32_t gate) {
+  if (gate >= 0) s->addDep(step, wholeStepDep(gate));
+}
+
+// n == 1: the member's result is its contribution.
+PhaseResult copyAlone(const PhaseSpan& span, int32_t gate, bool divide, Schedule* s) {
+  PhaseResult res;
+  if (span.count == 0) return res;
+  Step c;
+  c.kind = divide ? StepKind::Divide : StepKind::Copy;
+  c.src = span.in;
+  c.dst = span.out;
+  c.count = span.count;
+  res.ready = s->addStep(c);
+  gateStep(s, res.ready, gate);
+  return res;
+}
+
+}  // namespace
+
+PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool reverse, bool divide,
+                                 Schedule* s) {
+  const int32_t n = g.size();
+  if (n == 1) return copyAlone(span, gate, divide, s);
+  const int64_t m = g.me;
+  const int64_t dir = reverse ? -1 : 1;
+  const int32_t right = g.at(m + dir), left = g.at(m - dir);
+  auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
+  auto at = [&](const BufRef& base, int32_t c) { return offsetBy(base, partStart(span.count, n, c) * span.es); };
+  // Step k sends chunk m-(k+1)*dir (first from `in`, later the partial reduced in step k-1) and
+  // reduces chunk m-(k+2)*dir into out, so step n-2 completes chunk m.
+  int32_t prev = -1;
+  for (int32_t k = 0; k + 1 < n; ++k) {
+    const int32_t cs = chunk(m - (k + 1) * dir);
+    Step snd;
+    snd.kind = StepKind::Send;
+    snd.peer = right;
+    snd.src = at(k == 0 ? span.in : span.out, cs);
+    snd.count = partCount(span.count, n, cs);
+    const int32_t si = s->addStep(snd);
+    gateStep(s, si, gate);
+    if (k > 0) s->addDep(si, stepDep(prev));
+
+    const int32_t cr = chunk(m - (k + 2) * dir);
+    Step rr;
+    rr.kind = StepKind::RecvReduce;
+    rr.peer = left;
+    rr.src = at(span.in, cr);
+    rr.dst = at(span.out, cr);
+    rr.count = partCount(span.count, n, cr);
+    prev = s->addStep(rr);
+    gateStep(s, prev, gate);
+  }
+  if (divide) {
+    Step d;
+    d.kind = StepKind::Divide;
+    d.src = at(span.out, static_cast<int32_t>(m));
+    d.dst = d.src;
+    d.count = partCount(span.count, n, static_cast<int32_t>(m));
+    const int32_t di = s->addStep(d);
+    s->addDep(di, stepDep(prev));
+    prev = di;
+  }
+  return PhaseResult{prev};
+}
+
+PhaseResult addRingAllGather(const RankGroup& g, const PhaseSpan& span, int32_t gate, int32_t ownReady, bool reverse,
+                             Schedule* s) {
+  const int32_t n = g.size();
+  if (n == 1) return PhaseResult{ownReady};
+  const int64_t m = g.me;
+  const int64_t dir = reverse ? -1 : 1;
+  const int32_t right = g.at(m + dir), left = g.at(m - dir);
+  auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
+  auto at = [&](int32_t c) { return offsetBy(span.out, partStart(span.count, n, c) * span.es); };
+  // Step k forwards chunk m-k*dir (own first, then what arrived in step k-1) and receives chunk
+  // m-(k+1)*dir.
+  int32_t prev = ownReady;
+  for (int32_t k = 0; k + 1 < n; ++k) {
+    const int32_t cs = chunk(m - k * dir);
+    Step snd;
+    snd.kind = StepKind::Send;
+    snd.peer = right;
+    snd.src = at(cs);
+    snd.count = partCount(span.count, n, cs);
+    const int32_t si = s->addStep(snd);
+    gateStep(s, si, gate);
+    if (prev >= 0) s->addDep(si, stepDep(prev));
+
+    const int32_t cr = chunk(m - (k + 1) * dir);
+    Step rv;
+    rv.kind = StepKind::Recv;
+    rv.peer = left;
+    rv.dst = at(cr);
+    rv.count = partCount(span.count, n, cr);
+    prev = s->addStep(rv);
+    gateStep(s, prev, gate);
+  }
+  return PhaseResult{prev};
+}
+
+void addRingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, int32_t channels,
+                      Schedule* s) {
+  if (channels >= 2 && g.size() > 2 && span.count >= 2) {
+    const uint64_t half = span.count / 2;
+    for (int c = 0; c < 2; ++c) {
+      PhaseSpan part = c == 0 ? subSpan(span, 0, half) : subSpan(span, half, span.count - half);
+      PhaseResult rs = addRingReduceScatter(g, part, gate, c == 1, divide, s);
+      addRingAllGather(g, part, gate, rs.ready, c == 1, s);
+    }
+    return;
+  }
+  PhaseResult rs = addRingReduceScatter(g, span, gate, false, divide, s);
+  addRingAllGather(g, span, gate, rs.ready, false, s);
+}
+
+void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out, int32_t channels) {
+  Schedule& s = *out;
+  s.begin(channels >= 2 ? "ring2" : "ring", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
+  if (planAlone(topo, args.count, &s)) return;
+  RankGroup all;
+  all.ranks.resize(static_cast<size_t>(topo.nranks));
+  std::iota(all.ranks.begin(), all.ranks.end(), 0);
+  all.me = topo.rank;
+  const size_t es = dataTypeSize(args.dtype);
+  s.steps.reserve(4 * static_cast<size_t>(topo.nranks) + 2);
+  s.deps.reserve(4 * static_cast<size_t>(topo.nranks) + 2);
+  addRingAllReduce(all, PhaseSpan{sendAt(0), recvAt(0), args.count, es}, -1, args.op == collAvg, channels, &s);
+  s.finalizePeers();
+}
+
+}  // namespace coll
