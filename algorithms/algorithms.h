@@ -40,8 +40,8 @@ struct TorusDims {
 };
 // The grid for `nranks` ranks: `forced` ("XxY" or "XxYxZ", from COLL_TORUS_DIMS) when given, which
 // must multiply to nranks (else collInvalidUsage naming both); else localSize x nhosts when every
-// host holds the same number of ranks (> 1 each, > 1 host); else the most balanced factorisation
-// into two or three factors (a prime rank count gives one dimension: a ring).
+// host holds the same number of ranks (> 1 each, > 1 host) numbered in host blocks; else the most
+// balanced factorisation into two or three factors (a prime rank count gives one dimension: a ring).
 Status torusDimsFor(const Topology& topo, const std::string& forced, TorusDims* out);
 
 // Planner choices a builder uses beyond the call itself.
@@ -79,8 +79,8 @@ void buildRecursiveDoublingAllReduce(const Topology& topo, const CollArgs& args,
 // non-power-of-two pairing), 2 log2 p' steps moving 2(p'-1)/p' of the vector.
 void buildRabenseifnerAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
 // NCCL's double binary tree: two complementary binary trees over the hosts, each carrying half
-// the data, pipelined (reduce up, broadcast down); inside each host a chain. Depth ceil(log2 H)
-// plus the chain.
+// the data, pipelined (reduce up, broadcast down); inside each host a chain. Depth floor(log2 H)
+// edges plus the chain (L - 1 edges for L ranks per host).
 void buildDoubleBinaryTreeAllReduce(const Topology& topo, const CollArgs& args, Schedule* out);
 // Torus: reduce-scatter along each dimension in turn, then all-gather back in reverse order,
 // each as two half-size rings running in opposite directions. 2 * sum(d_i - 1) steps per direction.

@@ -2,6 +2,7 @@
 #include "exec/inprocess.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace coll {
 
@@ -40,17 +41,27 @@ MemoryHostWindows::MemoryHostWindows(int32_t firstRank, int32_t size, uint64_t h
   for (int32_t i = 0; i < size; ++i) completed_[i].store(0);
 }
 
+MemoryHostWindows::MemoryHostWindows(std::vector<int32_t> ranks, uint64_t halfBytes, int slots)
+    : MemoryHostWindows(ranks.empty() ? 0 : ranks.front(), static_cast<int32_t>(ranks.size()), halfBytes, slots) {
+  ranks_ = std::move(ranks);
+}
+
+size_t MemoryHostWindows::index(int rank) const {
+  if (ranks_.empty()) return static_cast<size_t>(rank - firstRank_);
+  return static_cast<size_t>(std::lower_bound(ranks_.begin(), ranks_.end(), rank) - ranks_.begin());
+}
+
 std::byte* MemoryHostWindows::windowHalf(int rank, uint64_t seq) {
-  auto& d = data_[rank - firstRank_];
+  auto& d = data_[index(rank)];
   if (!d) d.reset(new std::byte[2 * halfBytes_]);
   return d.get() + (seq & 1) * halfBytes_;
 }
 
 std::atomic<uint64_t>& MemoryHostWindows::progressSlot(int rank, int slot) {
-  return progress_[static_cast<size_t>(rank - firstRank_) * slots_ + slot];
+  return progress_[index(rank) * slots_ + slot];
 }
 
-std::atomic<uint64_t>& MemoryHostWindows::completedCalls(int rank) { return completed_[rank - firstRank_]; }
+std::atomic<uint64_t>& MemoryHostWindows::completedCalls(int rank) { return completed_[index(rank)]; }
 
 Status InProcessLinks::connection(int peer, Connection** out) {
   if (peer < 0 || peer >= world_->nranks() || peer == rank_) {
@@ -74,11 +85,44 @@ InProcessWorld::InProcessWorld(int32_t nranks, int32_t ranksPerHost, const InPro
       windows_[h] = std::make_unique<MemoryHostWindows>(first, size, options.windowHalfBytes, options.publishSlots);
     }
   }
-  links_.reserve(nranks);
-  for (int32_t r = 0; r < nranks; ++r) {
-    links_.push_back(std::make_unique<InProcessLinks>(this, r, windows_[r / ranksPerHost_].get()));
-    executions_[r].setSliceBytes(options.sliceBytes);
+  hostOfRank_.resize(nranks);
+  for (int32_t r = 0; r < nranks; ++r) hostOfRank_[r] = r / ranksPerHost_;
+  makeLinks();
+}
+
+InProcessWorld::InProcessWorld(const std::vector<int32_t>& hostOfRank, const InProcessOptions& options)
+    : nranks_(static_cast<int32_t>(hostOfRank.size())), ranksPerHost_(0), options_(options),
+      executions_(hostOfRank.size()) {
+  std::unordered_map<int32_t, int32_t> number;
+  std::vector<std::vector<int32_t>> members;
+  hostOfRank_.resize(hostOfRank.size());
+  for (int32_t r = 0; r < nranks_; ++r) {
+    auto [it, inserted] = number.emplace(hostOfRank[r], static_cast<int32_t>(members.size()));
+    if (inserted) members.emplace_back();
+    hostOfRank_[r] = it->second;
+    members[it->second].push_back(r);
   }
+  windows_.resize(members.size());
+  for (size_t h = 0; h < members.size(); ++h) {
+    if (members[h].size() > 1) {
+      windows_[h] = std::make_unique<MemoryHostWindows>(std::move(members[h]), options.windowHalfBytes,
+                                                        options.publishSlots);
+    }
+  }
+  makeLinks();
+}
+
+void InProcessWorld::makeLinks() {
+  links_.reserve(nranks_);
+  for (int32_t r = 0; r < nranks_; ++r) {
+    links_.push_back(std::make_unique<InProcessLinks>(this, r, windows_[hostOfRank_[r]].get()));
+    executions_[r].setSliceBytes(options_.sliceBytes);
+  }
+}
+
+Topology InProcessWorld::topology(int32_t rank) const {
+  if (ranksPerHost_ > 0) return Topology::uniform(rank, nranks_, ranksPerHost_);
+  return Topology::fromHostHashes(rank, std::vector<uint64_t>(hostOfRank_.begin(), hostOfRank_.end()));
 }
 
 MemoryRing* InProcessWorld::ring(int32_t from, int32_t to) {

@@ -50,12 +50,13 @@ class MemoryConnection final : public Connection {
   MemoryRing* in_;
 };
 
-// Heap windows for the ranks [firstRank, firstRank + size) of one host: two halves per rank
-// (allocated on first use, so a 1000-rank world that never uses windows costs little), progress
-// slots and completed-call counters, with HostWindows' semantics.
+// Heap windows for the ranks [firstRank, firstRank + size) of one host (or any ascending list of
+// ranks): two halves per rank (allocated on first use, so a 1000-rank world that never uses
+// windows costs little), progress slots and completed-call counters, with HostWindows' semantics.
 class MemoryHostWindows final : public HostWindows {
  public:
   MemoryHostWindows(int32_t firstRank, int32_t size, uint64_t halfBytes, int slots);
+  MemoryHostWindows(std::vector<int32_t> ranks, uint64_t halfBytes, int slots);
   std::byte* windowHalf(int rank, uint64_t seq) override;
   uint64_t halfBytes() const override { return halfBytes_; }
   int maxPublishSlots() const override { return slots_; }
@@ -64,7 +65,10 @@ class MemoryHostWindows final : public HostWindows {
   void notifyLocalPeers() override {}
 
  private:
+  size_t index(int rank) const;
+
   int32_t firstRank_, size_;
+  std::vector<int32_t> ranks_;  // ascending; empty = the block [firstRank_, firstRank_ + size_)
   uint64_t halfBytes_;
   int slots_;
   std::vector<std::unique_ptr<std::byte[]>> data_;
@@ -106,19 +110,25 @@ struct InProcessOptions {
 class InProcessWorld {
  public:
   InProcessWorld(int32_t nranks, int32_t ranksPerHost, const InProcessOptions& options = {});
+  // Any placement: hostOfRank[r] labels rank r's host (uneven hosts, ranks not in host blocks);
+  // hosts are renumbered in order of first rank, as Topology numbers them.
+  explicit InProcessWorld(const std::vector<int32_t>& hostOfRank, const InProcessOptions& options = {});
   InProcessWorld(const InProcessWorld&) = delete;
   InProcessWorld& operator=(const InProcessWorld&) = delete;
 
   int32_t nranks() const { return nranks_; }
   const InProcessOptions& options() const { return options_; }
-  Topology topology(int32_t rank) const { return Topology::uniform(rank, nranks_, ranksPerHost_); }
+  Topology topology(int32_t rank) const;
   Links& links(int32_t rank) { return *links_[rank]; }
   Execution& execution(int32_t rank) { return executions_[rank]; }
   // The ring carrying bytes from `from` to `to` (made on first use).
   MemoryRing* ring(int32_t from, int32_t to);
 
  private:
+  void makeLinks();
+
   int32_t nranks_, ranksPerHost_;
+  std::vector<int32_t> hostOfRank_;  // host index per rank
   InProcessOptions options_;
   std::vector<std::unique_ptr<MemoryHostWindows>> windows_;  // per host (null: single-rank host)
   std::vector<std::unique_ptr<InProcessLinks>> links_;

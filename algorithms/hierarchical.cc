@@ -1,0 +1,395 @@
+// Hierarchical collectives: work inside each host, across hosts among the ranks that own the same
+// piece, and inside each host again (All-Reduce for any placement; Reduce-Scatter, All-Gather and
+// Broadcast for uniform block hosts).
+#include <algorithm>
+#include <cassert>
+#include <vector>
+
+#include "algorithms/phases.h"
+
+namespace coll {
+
+namespace {
+
+// Every host's ranks, ascending, hosts in Topology's order.
+std::vector<std::vector<int32_t>> hostRanks(const Topology& topo) {
+  std::vector<std::vector<int32_t>> hosts(static_cast<size_t>(topo.nhosts));
+  for (int32_t r = 0; r < topo.nranks; ++r) hosts[topo.hostOfRank[r]].push_back(r);
+  return hosts;
+}
+
+// The chunk of the near-equal partition of `count` into n that holds element e (< count).
+int32_t chunkOf(uint64_t count, int32_t n, uint64_t e) {
+  const uint64_t base = count / n, extra = count % n;
+  const uint64_t big = extra * (base + 1);
+  if (e < big) return static_cast<int32_t>(e / (base + 1));
+  return static_cast<int32_t>(extra + (e - big) / base);  // base > 0: e < count
+}
+
+void addInterHost(const AlgoOptions& options, const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide,
+                  Schedule* s) {
+  switch (options.interHost) {
+    case AlgoId::Tree: addDoubleBinaryTreeAllReduce(g, span, gate, divide, s); return;
+    case AlgoId::RecursiveDoubling: addRecursiveDoublingAllReduce(g, span, gate, divide, s); return;
+    case AlgoId::Rabenseifner: addRabenseifnerAllReduce(g, span, gate, divide, s); return;
+    case AlgoId::Torus:
+      if (options.torus.product() == g.size()) {
+        addTorusAllReduce(g, options.torus, span, gate, divide, s);
+        return;
+      }
+      // The planner gives host grids only; a ring is still correct.
+      assert(!"hierarchical: torus dims do not multiply to the number of hosts");
+      break;
+    default: break;
+  }
+  addRingAllReduce(g, span, gate, divide, options.channels, s);
+}
+
+// Ring reduce-scatter over g where chunk c is `pieces` separate runs of `count` elements:
+// inAt(c, b) is this member's contribution to piece b of chunk c, finalAt(b) where its own
+// chunk ends, partAt(k, b) where the partial sum reduced in step k goes (read by the send of
+// step k+1). Partials rotate through `slots` places (partAt(k, b) == partAt(k + slots, b)): a
+// reduction reuses a place only behind the send that read it. inReady[c * pieces + b] (if
+// given, -1 = none) is the step producing inAt(c, b), per slice. The pieces of one ring step
+// travel back to back, so the ring has n-1 steps whatever `pieces`. Returns the step that
+// finishes each own piece.
+template <class In, class Part, class Final>
+std::vector<int32_t> ringReduceScatterPieces(const RankGroup& g, int32_t pieces, uint64_t count, In inAt, Part partAt,
+                                             Final finalAt, int32_t slots, const std::vector<int32_t>& inReady,
+                                             Schedule* s) {
+  const int32_t n = g.size();
+  const int64_t m = g.me;
+  const int32_t right = g.at(m + 1), left = g.at(m - 1);
+  auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
+  auto ready = [&](int32_t c, int32_t b) { return inReady.empty() ? -1 : inReady[static_cast<size_t>(c) * pieces + b]; };
+  std::vector<int32_t> prev(static_cast<size_t>(pieces), -1);
+  std::vector<int32_t> sendOf(static_cast<size_t>(n) * pieces, -1);  // [step * pieces + piece]
+  for (int32_t k = 0; k + 1 < n; ++k) {
+    const int32_t cs = chunk(m - (k + 1));
+    for (int32_t b = 0; b < pieces; ++b) {
+      Step snd;
+      snd.kind = StepKind::Send;
+      snd.peer = right;
+      snd.src = k == 0 ? inAt(cs, b) : partAt(k - 1, b);
+      snd.count = count;
+      const int32_t si = s->addStep(snd);
+      sendOf[static_cast<size_t>(k) * pieces + b] = si;
+      const int32_t dep = k == 0 ? ready(cs, b) : prev[b];
+      if (dep >= 0) s->addDep(si, stepDep(dep));
+    }
+    const int32_t cr = chunk(m - (k + 2));
+    const bool last = k + 2 == n;
+    for (int32_t b = 0; b < pieces; ++b) {
+      Step rr;
+      rr.kind = StepKind::RecvReduce;
+      rr.peer = left;
+      rr.src = inAt(cr, b);
+      rr.dst = last ? finalAt(b) : partAt(k, b);
+      rr.count = count;
+      prev[b] = s->addStep(rr);
+      if (ready(cr, b) >= 0) s->addDep(prev[b], stepDep(ready(cr, b)));
+      // The place was last written in step k - slots and read by the send of the step after.
+      if (!last && k >= slots) s->addDep(prev[b], stepDep(sendOf[static_cast<size_t>(k - slots + 1) * pieces + b]));
+    }
+  }
+  return prev;
+}
+
+// Ring all-gather over g where chunk c is `pieces` runs of `count` elements at at(c, b); this
+// member's own pieces are read from ownSrc(b), final once ownReady[b] (-1 = now) covers them.
+// Returns the receive step of every (chunk, piece), -1 for the own chunk.
+template <class At, class Own>
+std::vector<int32_t> ringAllGatherPieces(const RankGroup& g, int32_t pieces, uint64_t count, At at, Own ownSrc,
+                                         const std::vector<int32_t>& ownReady, Schedule* s) {
+  const int32_t n = g.size();
+  const int64_t m = g.me;
+  const int32_t right = g.at(m + 1), left = g.at(m - 1);
+  auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
+  std::vector<int32_t> recvOf(static_cast<size_t>(n) * pieces, -1);
+  std::vector<int32_t> prev = ownReady;
+  for (int32_t k = 0; k + 1 < n; ++k) {
+    const int32_t cs = chunk(m - k);
+    for (int32_t b = 0; b < pieces; ++b) {
+      Step snd;
+      snd.kind = StepKind::Send;
+      snd.peer = right;
+      snd.src = k == 0 ? ownSrc(b) : at(cs, b);
+      snd.count = count;
+      const int32_t si = s->addStep(snd);
+      if (prev[b] >= 0) s->addDep(si, stepDep(prev[b]));
+    }
+    const int32_t cr = chunk(m - k - 1);
+    for (int32_t b = 0; b < pieces; ++b) {
+      Step rv;
+      rv.kind = StepKind::Recv;
+      rv.peer = left;
+      rv.dst = at(cr, b);
+      rv.count = count;
+      prev[b] = s->addStep(rv);
+      recvOf[static_cast<size_t>(cr) * pieces + b] = prev[b];
+    }
+  }
+  return recvOf;
+}
+
+int32_t addSendStep(Schedule* s, int32_t peer, BufRef src, uint64_t count, int32_t dep) {
+  Step snd;
+  snd.kind = StepKind::Send;
+  snd.peer = peer;
+  snd.src = src;
+  snd.count = count;
+  const int32_t si = s->addStep(snd);
+  if (dep >= 0) s->addDep(si, stepDep(dep));
+  return si;
+}
+
+int32_t addRecvStep(Schedule* s, int32_t peer, BufRef dst, uint64_t count) {
+  Step rv;
+  rv.kind = StepKind::Recv;
+  rv.peer = peer;
+  rv.dst = dst;
+  rv.count = count;
+  return s->addStep(rv);
+}
+
+}  // namespace
+
+bool uniformBlockHosts(const Topology& topo) {
+  if (topo.nhosts < 1 || topo.nranks % topo.nhosts != 0) return false;
+  if (static_cast<int32_t>(topo.hostOfRank.size()) != topo.nranks) return false;
+  const int32_t perHost = topo.nranks / topo.nhosts;
+  for (int32_t r = 0; r < topo.nranks; ++r) {
+    if (topo.hostOfRank[r] != r / perHost) return false;
+  }
+  return true;
+}
+
+void buildHierarchicalAllReduce(const Topology& topo, const CollArgs& args, const AlgoOptions& options, Schedule* out) {
+  Schedule& s = *out;
+  s.begin("hier", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
+  if (planAlone(topo, args.count, &s)) return;
+  const uint64_t count = args.count;
+  if (count == 0) {
+    s.finalizePeers();
+    return;
+  }
+  const size_t es = dataTypeSize(args.dtype);
+  const bool divide = args.op == collAvg;
+  const std::vector<std::vector<int32_t>> hosts = hostRanks(topo);
+  const int32_t nhosts = topo.nhosts;
+  const int32_t myHost = topo.hostOfRank[topo.rank];
+  RankGroup local;
+  local.ranks = hosts[myHost];
+  local.me = topo.localRank();
+  const int32_t localSize = local.size();
+
+  const PhaseSpan all{sendAt(0), recvAt(0), count, es};
+  const PhaseResult rs = addRingReduceScatter(local, all, -1, false, divide && nhosts == 1, &s);
+  int32_t ownReady = rs.ready;
+  if (nhosts > 1) {
+    // Segments: this rank's chunk cut at every host's chunk boundaries, so each segment has
+    // exactly one owner per host. Boundaries depend only on host sizes.
+    const uint64_t myStart = partStart(count, localSize, local.me);
+    const uint64_t myEnd = myStart + partCount(count, localSize, local.me);
+    std::vector<int32_t> sizes;
+    for (const auto& h : hosts) sizes.push_back(static_cast<int32_t>(h.size()));
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    std::vector<uint64_t> cuts = {myStart, myEnd};
+    for (int32_t n : sizes) {
+      if (myStart >= myEnd) break;
+      // Boundaries of partition n inside (myStart, myEnd).
+      for (int32_t c = chunkOf(count, n, myStart) + 1; c < n; ++c) {
+        const uint64_t b = partStart(count, n, c);
+        if (b >= myEnd) break;
+        if (b > myStart) cuts.push_back(b);
+      }
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    // Ring and torus phases use no scratch, so the segments run concurrently; other phases may
+    // use scratch at fixed offsets, so their segments run one after the other.
+    const bool concurrent = options.interHost == AlgoId::Ring || options.interHost == AlgoId::Torus;
+    const int32_t firstInter = static_cast<int32_t>(s.steps.size());
+    RankGroup owners;
+    owners.ranks.resize(static_cast<size_t>(nhosts));
+    owners.me = myHost;
+    for (size_t j = 0; j + 1 < cuts.size(); ++j) {
+      const uint64_t a = cuts[j], len = cuts[j + 1] - a;
+      for (int32_t h = 0; h < nhosts; ++h) {
+        const int32_t n = static_cast<int32_t>(hosts[h].size());
+        owners.ranks[h] = hosts[h][chunkOf(count, n, a)];
+      }
+      const PhaseSpan seg{recvAt(a * es), recvAt(a * es), len, es};
+      const int32_t gate = concurrent || j == 0 ? rs.ready : s.addJoin(firstInter);
+      addInterHost(options, owners, seg, gate, divide, &s);
+    }
+    if (static_cast<int32_t>(s.steps.size()) > firstInter) ownReady = s.addJoin(firstInter);
+  }
+  // The all-gather's receives only overwrite chunks whose owners finished with them, which
+  // needed this rank's reduce-scatter sends, so it needs no gate of its own.
+  addRingAllGather(local, PhaseSpan{recvAt(0), recvAt(0), count, es}, -1, ownReady, false, &s);
+  s.finalizePeers();
+}
+
+void buildHierarchicalReduceScatter(const Topology& topo, const CollArgs& args, Schedule* out) {
+  if (!uniformBlockHosts(topo)) {
+    assert(!"hierarchical reduce-scatter needs uniform block hosts");
+    buildRingReduceScatter(topo, args, out);
+    return;
+  }
+  Schedule& s = *out;
+  s.begin("hier", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
+  if (planAlone(topo, args.count, &s)) return;
+  const uint64_t count = args.count;
+  if (count == 0) {
+    s.finalizePeers();
+    return;
+  }
+  const uint64_t blk = count * dataTypeSize(args.dtype);
+  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
+  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  // Block j of the input (the part rank j receives) sits at j * blk. Scratch holds the partial
+  // sums in rotating slots (three, as the flat ring: two would do, a third lets a reduction run
+  // a step ahead of the slowest send) and this rank's host-reduced blocks between the stages.
+  constexpr int32_t kSlots = 3;
+  const int32_t slots1 = std::max(0, std::min(kSlots, perHost - 2));
+  const int32_t slots2 = std::max(0, std::min(kSlots, nhosts - 2));
+  // Scratch: [stage-1 slots: slots1 x nhosts blocks][host-reduced: nhosts blocks][stage-2 slots].
+  const uint64_t stage1Slots = 0;
+  const uint64_t hostReduced = stage1Slots + static_cast<uint64_t>(slots1) * nhosts * blk;
+  const uint64_t stage2Slots = hostReduced + (perHost > 1 && nhosts > 1 ? static_cast<uint64_t>(nhosts) * blk : 0);
+  s.scratchBytes = stage2Slots + static_cast<uint64_t>(slots2) * blk;
+  std::vector<int32_t> own;  // step finishing this rank's pieces of the current stage
+  if (perHost > 1) {
+    // Inside the host: local rank c gathers every host's block c (one piece per host).
+    RankGroup g;
+    for (int32_t c = 0; c < perHost; ++c) g.ranks.push_back(h * perHost + c);
+    g.me = l;
+    own = ringReduceScatterPieces(
+        g, nhosts, count,
+        [&](int32_t c, int32_t b) { return sendAt(static_cast<uint64_t>(b * perHost + c) * blk); },
+        [&](int32_t k, int32_t b) {
+          return scratchAt(stage1Slots + (static_cast<uint64_t>(k % slots1) * nhosts + b) * blk);
+        },
+        [&](int32_t b) { return nhosts > 1 ? scratchAt(hostReduced + static_cast<uint64_t>(b) * blk) : recvAt(0); },
+        slots1, {}, &s);
+  }
+  if (nhosts > 1) {
+    // Across hosts among equal local indices: host c's member ends with block c * perHost + l.
+    RankGroup g;
+    for (int32_t c = 0; c < nhosts; ++c) g.ranks.push_back(c * perHost + l);
+    g.me = h;
+    own = ringReduceScatterPieces(
+        g, 1, count,
+        [&](int32_t c, int32_t) {
+          return perHost > 1 ? scratchAt(hostReduced + static_cast<uint64_t>(c) * blk)
+                             : sendAt(static_cast<uint64_t>(c * perHost + l) * blk);
+        },
+        [&](int32_t k, int32_t) { return scratchAt(stage2Slots + static_cast<uint64_t>(k % slots2) * blk); },
+        [&](int32_t) { return recvAt(0); }, slots2, own, &s);
+  }
+  if (args.op == collAvg) {
+    Step d;
+    d.kind = StepKind::Divide;
+    d.src = recvAt(0);
+    d.dst = d.src;
+    d.count = count;
+    const int32_t di = s.addStep(d);
+    s.addDep(di, stepDep(own[0]));
+  }
+  s.finalizePeers();
+}
+
+void buildHierarchicalAllGather(const Topology& topo, const CollArgs& args, Schedule* out) {
+  if (!uniformBlockHosts(topo)) {
+    assert(!"hierarchical all-gather needs uniform block hosts");
+    buildRingAllGather(topo, args, out);
+    return;
+  }
+  Schedule& s = *out;
+  s.begin("hier", args.dtype, collSum);
+  if (planAlone(topo, args.count, &s)) return;
+  const uint64_t count = args.count;
+  if (count == 0) {
+    s.finalizePeers();
+    return;
+  }
+  const uint64_t blk = count * dataTypeSize(args.dtype);
+  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
+  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  // Own block; in place the send buffer is recv block r and the executor skips the copy. Sends
+  // of the own block read the input, so nothing waits for the copy.
+  Step own;
+  own.kind = StepKind::Copy;
+  own.src = sendAt(0);
+  own.dst = recvAt(static_cast<uint64_t>(topo.rank) * blk);
+  own.count = count;
+  s.addStep(own);
+  std::vector<int32_t> arrived(static_cast<size_t>(nhosts), -1);  // per host: step delivering block c*perHost+l
+  if (nhosts > 1) {
+    RankGroup g;
+    for (int32_t c = 0; c < nhosts; ++c) g.ranks.push_back(c * perHost + l);
+    g.me = h;
+    arrived = ringAllGatherPieces(
+        g, 1, count, [&](int32_t c, int32_t) { return recvAt(static_cast<uint64_t>(c * perHost + l) * blk); },
+        [&](int32_t) { return sendAt(0); }, std::vector<int32_t>{-1}, &s);
+  }
+  if (perHost > 1) {
+    // Inside the host: local rank c's pieces are every host's block c.
+    RankGroup g;
+    for (int32_t c = 0; c < perHost; ++c) g.ranks.push_back(h * perHost + c);
+    g.me = l;
+    auto block = [&](int32_t c, int32_t b) { return static_cast<uint64_t>(b * perHost + c) * blk; };
+    ringAllGatherPieces(
+        g, nhosts, count, [&](int32_t c, int32_t b) { return recvAt(block(c, b)); },
+        [&](int32_t b) { return b == h ? sendAt(0) : recvAt(block(l, b)); }, arrived, &s);
+  }
+  s.finalizePeers();
+}
+
+void buildHierarchicalBroadcast(const Topology& topo, const CollArgs& args, Schedule* out) {
+  if (!uniformBlockHosts(topo)) {
+    assert(!"hierarchical broadcast needs uniform block hosts");
+    buildRingBroadcast(topo, args, out);
+    return;
+  }
+  Schedule& s = *out;
+  s.begin("hier", args.dtype, collSum);
+  if (planAlone(topo, args.count, &s)) return;
+  const uint64_t count = args.count;
+  if (count == 0) {
+    s.finalizePeers();
+    return;
+  }
+  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
+  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  const int32_t rootHost = args.root / perHost, rootLocal = args.root % perHost;
+  const bool root = topo.rank == args.root;
+  // Pipelined chains, slices streaming through every rank: across hosts among the ranks with
+  // the root's local index (starting at the root's host), then inside each host from that rank.
+  // Every link carries the data once; the latency is (hosts - 1) + (ranks per host - 1) slices.
+  int32_t have = -1;  // the step that delivers this rank's data (-1: the root's input)
+  if (root) {
+    Step c;
+    c.kind = StepKind::Copy;
+    c.src = sendAt(0);
+    c.dst = recvAt(0);
+    c.count = count;
+    s.addStep(c);
+  }
+  const BufRef data = root ? sendAt(0) : recvAt(0);
+  if (l == rootLocal && nhosts > 1) {
+    const int32_t pos = (h - rootHost + nhosts) % nhosts;
+    if (pos > 0) have = addRecvStep(&s, ((h - 1 + nhosts) % nhosts) * perHost + rootLocal, recvAt(0), count);
+    if (pos + 1 < nhosts) addSendStep(&s, ((h + 1) % nhosts) * perHost + rootLocal, data, count, have);
+  }
+  if (perHost > 1) {
+    const int32_t pos = (l - rootLocal + perHost) % perHost;
+    if (pos > 0) have = addRecvStep(&s, h * perHost + (l - 1 + perHost) % perHost, recvAt(0), count);
+    if (pos + 1 < perHost) addSendStep(&s, h * perHost + (l + 1) % perHost, data, count, have);
+  }
+  s.finalizePeers();
+}
+
+}  // namespace coll
