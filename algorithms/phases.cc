@@ -12,8 +12,18 @@ void gateStep(Schedule* s, int32_t step, int32_t gate) {
   if (gate >= 0) s->addDep(step, wholeStepDep(gate));
 }
 
-// n == 1: the member's result is its contribution.
-PhaseResult copyAlone(const PhaseSpan& span, int32_t gate, bool divide, Schedule* s) {
+}  // namespace
+
+RankGroup allRanksGroup(const Topology& topo) {
+  RankGroup all;
+  all.ranks.resize(static_cast<size_t>(topo.nranks));
+  std::iota(all.ranks.begin(), all.ranks.end(), 0);
+  all.me = topo.rank;
+  return all;
+}
+
+PhaseResult addOwnResult(const PhaseSpan& span, int32_t gate, bool divide, Schedule* s, int32_t after,
+                         uint64_t afterOffset) {
   PhaseResult res;
   if (span.count == 0) return res;
   Step c;
@@ -23,15 +33,14 @@ PhaseResult copyAlone(const PhaseSpan& span, int32_t gate, bool divide, Schedule
   c.count = span.count;
   res.ready = s->addStep(c);
   gateStep(s, res.ready, gate);
+  if (after >= 0) s->addDep(res.ready, stepDep(after, afterOffset));
   return res;
 }
-
-}  // namespace
 
 PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool reverse, bool divide,
                                  Schedule* s) {
   const int32_t n = g.size();
-  if (n == 1) return copyAlone(span, gate, divide, s);
+  if (n == 1) return addOwnResult(span, gate, divide, s);
   const int64_t m = g.me;
   const int64_t dir = reverse ? -1 : 1;
   const int32_t right = g.at(m + dir), left = g.at(m - dir);
@@ -128,10 +137,7 @@ void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* ou
   Schedule& s = *out;
   s.begin(channels >= 2 ? "ring2" : "ring", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   if (planAlone(topo, args.count, &s)) return;
-  RankGroup all;
-  all.ranks.resize(static_cast<size_t>(topo.nranks));
-  std::iota(all.ranks.begin(), all.ranks.end(), 0);
-  all.me = topo.rank;
+  const RankGroup all = allRanksGroup(topo);
   const size_t es = dataTypeSize(args.dtype);
   s.steps.reserve(4 * static_cast<size_t>(topo.nranks) + 2);
   s.deps.reserve(4 * static_cast<size_t>(topo.nranks) + 2);

@@ -56,6 +56,14 @@ struct PhaseResult {
   int32_t ready = -1;
 };
 
+// All ranks of the communicator, in rank order.
+RankGroup allRanksGroup(const Topology& topo);
+// A group of one: the member's result is its contribution (in copied to out, divided when
+// `divide`), after `gate` and, per slice, after step `after` (element i needs after's
+// afterOffset + i; -1 = nothing).
+PhaseResult addOwnResult(const PhaseSpan& span, int32_t gate, bool divide, Schedule* s, int32_t after = -1,
+                         uint64_t afterOffset = 0);
+
 // ---- ring phases (phases.cc). `reverse` runs the ring the other way round (member m sends to
 // m-1), so two half-size rings in opposite directions use both directions of every link.
 

@@ -1,7 +1,6 @@
 // Tree and recursive All-Reduce: the double binary tree, recursive doubling and Rabenseifner
 // phases over a rank group, and the full builders made of them (NCCL's tree shape over hosts).
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "algorithms/phases.h"
@@ -43,10 +42,8 @@ int64_t highestPowerOfTwoAtMost(int64_t n) {
   return p;
 }
 
-// n == 1: the member's result is its contribution.
 Ready copyAlone(const PhaseSpan& span, int32_t gate, Ready in, bool divide, Schedule* s) {
-  if (span.count == 0) return {};
-  return Ready{addGated(s, local(divide ? StepKind::Divide : StepKind::Copy, span.in, span.out, span.count), gate, in)};
+  return Ready{addOwnResult(span, gate, divide, s, in.step, in.offset).ready};
 }
 
 // ---- binary trees
@@ -337,21 +334,13 @@ void addRabenseifnerAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t
 
 namespace {
 
-RankGroup allRanks(const Topology& topo) {
-  RankGroup all;
-  all.ranks.resize(static_cast<size_t>(topo.nranks));
-  std::iota(all.ranks.begin(), all.ranks.end(), 0);
-  all.me = topo.rank;
-  return all;
-}
-
 using GroupPhase = void (*)(const RankGroup&, const PhaseSpan&, int32_t, bool, Schedule*);
 
 void buildFlat(const char* name, GroupPhase phase, const Topology& topo, const CollArgs& args, Schedule* out) {
   Schedule& s = *out;
   s.begin(name, args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   if (planAlone(topo, args.count, &s)) return;
-  phase(allRanks(topo), PhaseSpan{sendAt(0), recvAt(0), args.count, dataTypeSize(args.dtype)}, -1,
+  phase(allRanksGroup(topo), PhaseSpan{sendAt(0), recvAt(0), args.count, dataTypeSize(args.dtype)}, -1,
         args.op == collAvg, &s);
   s.finalizePeers();
 }
