@@ -4,6 +4,10 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "algorithms/algorithms.h"
 #include "core/config.h"
@@ -72,16 +76,175 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   waitPolicy_.timeoutMs = timeoutMs_;
   checkCalls_ = knobBool("COLL_CHECK");
 
-  plannerInputs_.topo = &topo_;
-  plannerInputs_.haveWindows = shm_ != nullptr;
-  plannerInputs_.windowHalfBytes = shm_ ? shm_->halfBytes() : 0;
-  // Leads measured on this class of machine; issue #4 replaces them with a probe at creation.
-  plannerInputs_.intraHost = LinkCost{1.0e-6, 1.0 / 8.0e9};
-  plannerInputs_.interHost = LinkCost{25.0e-6, 1.0 / 1.2e9};
-  plannerInputs_.forcedAlgo = knobString("COLL_ALGO");
-  plannerInputs_.directMaxBytes = knobBytes("COLL_DIRECT_MAX_BYTES");
-  finalizePlannerInputs(&plannerInputs_);
-  COLL_TRY(checkForcedAlgo(plannerInputs_));
+  COLL_TRY(setupPlanner());
+  return okStatus();
+}
+
+namespace {
+
+// A COLL_LINK_* knob: a positive number, or unset (0).
+Status linkKnob(const char* name, double* out) {
+  *out = 0;
+  const std::string text = knobString(name);
+  if (text.empty()) return okStatus();
+  char* end = nullptr;
+  const double v = strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    return makeError(collInvalidUsage, "%s=%s is not a positive number", name, text.c_str());
+  }
+  *out = v;
+  return okStatus();
+}
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Status Comm::setupPlanner() {
+  PlannerInputs& in = plannerInputs_;
+  in.topo = &topo_;
+  in.haveWindows = shm_ != nullptr;
+  in.windowHalfBytes = shm_ ? shm_->halfBytes() : 0;
+  in.forcedAlgo = knobString("COLL_ALGO");
+  in.torusDims = knobString("COLL_TORUS_DIMS");
+  in.directMaxBytes = knobBytes("COLL_DIRECT_MAX_BYTES");
+  // An explicit COLL_SLICE_BYTES is the user's chunk: the planner keeps it.
+  in.sliceBytes = knobRaw("COLL_SLICE_BYTES") ? knobBytes("COLL_SLICE_BYTES") : 0;
+  finalizePlannerInputs(&in);
+  COLL_TRY(checkForcedAlgo(in));
+  if (!in.torusDims.empty() && !in.shape.torusOk && rank() == 0) {
+    COLL_WARN(rank(), "COLL_TORUS_DIMS=%s: %s; the planner will not use torus", in.torusDims.c_str(),
+              in.shape.torusProblem.c_str());
+  }
+
+  double intraAlphaUs, intraGBps, interAlphaUs, interGBps, gammaGBps;
+  COLL_TRY(linkKnob("COLL_LINK_INTRA_ALPHA_US", &intraAlphaUs));
+  COLL_TRY(linkKnob("COLL_LINK_INTRA_GBPS", &intraGBps));
+  COLL_TRY(linkKnob("COLL_LINK_INTER_ALPHA_US", &interAlphaUs));
+  COLL_TRY(linkKnob("COLL_LINK_INTER_GBPS", &interGBps));
+  COLL_TRY(linkKnob("COLL_LINK_GAMMA_GBPS", &gammaGBps));
+
+  // What each class needs measured: a class that exists here and that the knobs leave open.
+  const bool probe = knobBool("COLL_LINK_PROBE") && topo_.nranks > 1;
+  const bool intraExists = in.shape.maxLocal > 1;
+  const bool needIntra = probe && intraExists && (intraAlphaUs == 0 || intraGBps == 0);
+  const bool needInter = probe && topo_.nhosts > 1 && (interAlphaUs == 0 || interGBps == 0);
+  const bool needGamma = probe && gammaGBps == 0;
+  LinkProbe measured;
+  if (needIntra || needInter || needGamma) {
+    COLL_TRY(probeLinks(needIntra, needInter, needGamma, &measured).withContext("link probe (COLL_LINK_PROBE=0 skips it)"));
+  }
+  auto pick = [](double knob, double fromKnob, double probed, double fallback, const char** from) {
+    if (knob > 0) return *from = "knob", fromKnob;
+    if (probed > 0) return *from = "probe", probed;
+    return *from = "default", fallback;
+  };
+  auto inv = [](double gbps) { return gbps > 0 ? 1e-9 / gbps : 0.0; };
+  const char *fromIa, *fromIb, *fromEa, *fromEb, *fromG;
+  in.intraHost.alpha = pick(intraAlphaUs, intraAlphaUs * 1e-6, measured.intraAlpha, kDefaultIntraLink.alpha, &fromIa);
+  in.intraHost.beta = pick(intraGBps, inv(intraGBps), measured.intraBeta, kDefaultIntraLink.beta, &fromIb);
+  in.interHost.alpha = pick(interAlphaUs, interAlphaUs * 1e-6, measured.interAlpha, kDefaultInterLink.alpha, &fromEa);
+  in.interHost.beta = pick(interGBps, inv(interGBps), measured.interBeta, kDefaultInterLink.beta, &fromEb);
+  in.gamma = pick(gammaGBps, inv(gammaGBps), measured.gamma, kDefaultGamma, &fromG);
+  if (rank() == 0) {
+    COLL_INFO(rank(),
+              "link model: intra-host %.2f us (%s) %.2f GB/s (%s); inter-host %.2f us (%s) %.3f GB/s per host link "
+              "(%s); reduction %.2f GB/s (%s)",
+              in.intraHost.alpha * 1e6, fromIa, 1e-9 / in.intraHost.beta, fromIb, in.interHost.alpha * 1e6, fromEa,
+              1e-9 / in.interHost.beta, fromEb, 1e-9 / in.gamma, fromG);
+  }
+  return okStatus();
+}
+
+Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta) {
+  constexpr int kWarm = 2, kSmall = 8, kBig = 2;
+  std::vector<std::byte> big(peer >= 0 ? bigBytes : 0), small(8);
+  // Ranks outside the pair run empty batches in step, so every rank's call count (which names
+  // window halves and published progress) stays the same.
+  auto xfer = [&](bool send, std::vector<std::byte>& buf) {
+    P2pCall call{send, peer, buf.data(), buf.size()};
+    return pointToPoint(&call, peer >= 0 ? 1 : 0);
+  };
+  std::vector<double> rtts;
+  for (int i = 0; i < kWarm + kSmall; ++i) {
+    const auto t0 = Clock::now();
+    COLL_TRY(xfer(initiator, small));
+    COLL_TRY(xfer(!initiator, small));
+    if (i >= kWarm) rtts.push_back(secondsSince(t0));
+  }
+  double bigBest = 0;
+  for (int i = 0; i < 1 + kBig; ++i) {  // the first one warms the connection (TCP slow start)
+    const auto t0 = Clock::now();
+    COLL_TRY(xfer(initiator, big));
+    COLL_TRY(xfer(!initiator, small));
+    const double t = secondsSince(t0);
+    if (i >= 1 && (bigBest == 0 || t < bigBest)) bigBest = t;
+  }
+  if (!initiator || peer < 0) return okStatus();
+  // The fastest round trip: on a busy machine the others measure the neighbours, not the link.
+  *alpha = *std::min_element(rtts.begin(), rtts.end()) / 2;
+  // The ack's round trip is latency, not bandwidth; never let noise make the link look free.
+  *beta = std::max(bigBest - 2 * *alpha, bigBest / 4) / static_cast<double>(bigBytes);
+  return okStatus();
+}
+
+Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
+  const auto start = Clock::now();
+  LinkProbe mine;
+  // Intra: the first two ranks of the first host holding more than one. Inter: rank 0 and the
+  // first rank of another host. The same pairs on every rank, intra first, so nobody waits on a
+  // rank that is busy with the other pair in the opposite order.
+  std::vector<int32_t> perHost(static_cast<size_t>(topo_.nhosts));
+  for (int32_t h : topo_.hostOfRank) ++perHost[static_cast<size_t>(h)];
+  int intraA = -1, intraB = -1, interB = -1;
+  for (int r = 0; r < topo_.nranks; ++r) {
+    const int32_t h = topo_.hostOfRank[static_cast<size_t>(r)];
+    if (intraA < 0 && perHost[static_cast<size_t>(h)] > 1) {
+      intraA = r;
+    } else if (intraA >= 0 && intraB < 0 && topo_.sameHost(intraA, r)) {
+      intraB = r;
+    }
+    if (interB < 0 && !topo_.sameHost(0, r)) interB = r;
+  }
+  if (intra && intraB >= 0) {
+    const int peer = rank() == intraA ? intraB : rank() == intraB ? intraA : -1;
+    COLL_TRY(pingPong(peer, rank() == intraA, 1 << 20, &mine.intraAlpha, &mine.intraBeta));
+  }
+  if (inter && interB >= 0) {
+    const int peer = rank() == 0 ? interB : rank() == interB ? 0 : -1;
+    COLL_TRY(pingPong(peer, rank() == 0, 2 << 20, &mine.interAlpha, &mine.interBeta));
+  }
+  if (gamma && rank() == 0) {
+    constexpr size_t kFloats = 256 * 1024;
+    std::vector<float> a(kFloats, 1.0f), b(kFloats, 2.0f);
+    double best = 0;
+    for (int i = 0; i < 4; ++i) {
+      const auto t0 = Clock::now();
+      kernels::reduce2(a.data(), a.data(), b.data(), kFloats, collFloat32, collSum);
+      const double t = secondsSince(t0);
+      if (i > 0 && (best == 0 || t < best)) best = t;
+    }
+    mine.gamma = std::max(best, 1e-9) / (kFloats * sizeof(float));
+  }
+  // Everyone takes the measuring ranks' values: plans must be identical on every rank.
+  std::vector<LinkProbe> all(static_cast<size_t>(topo_.nranks));
+  CollArgs gather;
+  gather.kind = CollKind::AllGather, gather.sendbuff = &mine, gather.recvbuff = all.data();
+  gather.count = sizeof(LinkProbe), gather.dtype = collUint8;
+  PlanChoice choice;
+  COLL_TRY(planCollective(plannerInputs_, gather, &choice));
+  COLL_TRY(runChecked(gather, choice));
+  // Remote bytes: a value that is not a plausible time is ignored (the default stays).
+  auto sane = [](double v) { return std::isfinite(v) && v > 0 && v < 1 ? v : 0.0; };
+  *out = LinkProbe{};
+  if (intraA >= 0) out->intraAlpha = sane(all[static_cast<size_t>(intraA)].intraAlpha);
+  if (intraA >= 0) out->intraBeta = sane(all[static_cast<size_t>(intraA)].intraBeta);
+  out->interAlpha = sane(all[0].interAlpha);
+  out->interBeta = sane(all[0].interBeta);
+  out->gamma = sane(all[0].gamma);
+  if (rank() == 0) COLL_INFO(rank(), "link probe took %.1f ms", secondsSince(start) * 1e3);
   return okStatus();
 }
 
@@ -156,7 +319,7 @@ void Comm::notifyPeers() {
 }
 
 Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
-  PlanKey key{args.kind, args.count, args.dtype, args.op, args.root, choice.algo};
+  const PlanKey key = planKeyOf(args, choice);
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
     if (it->key == key) {
       if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
@@ -173,42 +336,72 @@ Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
   entry.key = key;
   entry.schedule.clear();
   buildPlan(args, choice, &entry.schedule);
+  if (rank() == 0 && logEnabled(LogLevel::Info)) logPlan(args, choice);
   return entry;
 }
 
+void Comm::logPlan(const CollArgs& args, const PlanChoice& choice) const {
+  std::string others;
+  for (int i = 0; i < choice.ncandidates; ++i) {
+    const Candidate& c = choice.candidates[i];
+    char buf[160];
+    snprintf(buf, sizeof(buf), "%s%s %.1f", others.empty() ? "" : ", ",
+             describeChoice(c.algo, c.options, 0).c_str(), c.seconds * 1e6);
+    others += buf;
+  }
+  COLL_INFO(rank(), "plan %s %llu x %s: %s predicted %.1f us [%s]", collKindName(args.kind),
+            static_cast<unsigned long long>(args.count), dataTypeName(args.dtype),
+            describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), choice.predictedSeconds * 1e6,
+            others.c_str());
+}
+
 void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
+  const AlgoId algo = choice.algo;
   switch (args.kind) {
     case CollKind::AllReduce:
-      if (choice.algo == AlgoId::Direct) {
-        DirectOptions options;
-        options.windowHalfBytes = plannerInputs_.windowHalfBytes;
-        options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
-        buildDirectAllReduce(topo_, args, options, out);
-      } else {
-        buildRingAllReduce(topo_, args, out);
+      switch (algo) {
+        case AlgoId::Direct: {
+          DirectOptions options;
+          options.windowHalfBytes = plannerInputs_.windowHalfBytes;
+          options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
+          buildDirectAllReduce(topo_, args, options, out);
+          break;
+        }
+        case AlgoId::Tree: buildDoubleBinaryTreeAllReduce(topo_, args, out); break;
+        case AlgoId::RecursiveDoubling: buildRecursiveDoublingAllReduce(topo_, args, out); break;
+        case AlgoId::Rabenseifner: buildRabenseifnerAllReduce(topo_, args, out); break;
+        case AlgoId::Torus: buildTorusAllReduce(topo_, args, choice.options.torus, out); break;
+        case AlgoId::Hierarchical: buildHierarchicalAllReduce(topo_, args, choice.options, out); break;
+        default: buildRingAllReduce(topo_, args, out, choice.options.channels); break;
       }
-      return;
+      break;
     case CollKind::Broadcast:
-      if (choice.algo == AlgoId::Tree) buildTreeBroadcast(topo_, args, out);
+      if (algo == AlgoId::Tree) buildTreeBroadcast(topo_, args, out);
+      else if (algo == AlgoId::Hierarchical) buildHierarchicalBroadcast(topo_, args, out);
       else buildRingBroadcast(topo_, args, out);
-      return;
+      break;
     case CollKind::Reduce:
-      if (choice.algo == AlgoId::Tree) buildTreeReduce(topo_, args, out);
+      if (algo == AlgoId::Tree) buildTreeReduce(topo_, args, out);
       else buildRingReduce(topo_, args, out);
-      return;
+      break;
     case CollKind::AllGather:
-      if (choice.algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
+      if (algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
+      else if (algo == AlgoId::Hierarchical) buildHierarchicalAllGather(topo_, args, out);
       else buildRingAllGather(topo_, args, out);
-      return;
-    case CollKind::ReduceScatter: buildRingReduceScatter(topo_, args, out); return;
-    case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); return;
-    case CollKind::Gather: buildLinearGather(topo_, args, out); return;
-    case CollKind::Scatter: buildLinearScatter(topo_, args, out); return;
-    case CollKind::Barrier: buildDisseminationBarrier(topo_, out); return;
+      break;
+    case CollKind::ReduceScatter:
+      if (algo == AlgoId::Hierarchical) buildHierarchicalReduceScatter(topo_, args, out);
+      else buildRingReduceScatter(topo_, args, out);
+      break;
+    case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); break;
+    case CollKind::Gather: buildLinearGather(topo_, args, out); break;
+    case CollKind::Scatter: buildLinearScatter(topo_, args, out); break;
+    case CollKind::Barrier: buildDisseminationBarrier(topo_, out); break;
     case CollKind::Send:
     case CollKind::Recv:
-      break;  // point-to-point calls go through pointToPoint()
+      return;  // point-to-point calls go through pointToPoint()
   }
+  if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 
 Status Comm::runPlan(PlanEntry& plan, const void* send, void* recv) {
@@ -239,7 +432,8 @@ Status Comm::collective(const CollArgs& args) {
   COLL_TRY(planCollective(plannerInputs_, call, &choice));
   COLL_TRACE(rank(), "%s seq %llu count %llu dtype %d op %d root %d: %s, predicted %.1f us", collKindName(call.kind),
              static_cast<unsigned long long>(seq_ + 1), static_cast<unsigned long long>(call.count), call.dtype,
-             call.op, call.root, algoName(choice.algo), choice.predictedSeconds * 1e6);
+             call.op, call.root, describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(),
+             choice.predictedSeconds * 1e6);
   return runChecked(call, choice);
 }
 

@@ -114,6 +114,16 @@ class Comm final : public Links {
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice);
   void buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const;
+  void logPlan(const CollArgs& args, const PlanChoice& choice) const;
+  // Planner inputs: topology, windows, COLL_ALGO, link parameters (knobs, else the probe).
+  Status setupPlanner();
+  // Measures the link classes the knobs leave open (COLL_LINK_PROBE) and agrees on them: every
+  // rank ends with the measuring ranks' values, so every rank plans alike.
+  struct LinkProbe {
+    double intraAlpha = 0, intraBeta = 0, interAlpha = 0, interBeta = 0, gamma = 0;  // 0 = not measured
+  };
+  Status probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out);
+  Status pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta);
   Status runChecked(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
   Status execute(const Work& work);
@@ -141,15 +151,6 @@ class Comm final : public Links {
   WaitPolicy waitPolicy_;
   bool checkCalls_ = false;  // COLL_CHECK
 
-  struct PlanKey {
-    CollKind kind;
-    uint64_t count;
-    collDataType_t dtype;
-    collRedOp_t op;
-    int32_t root;
-    AlgoId algo;
-    bool operator==(const PlanKey&) const = default;
-  };
   // A cached plan keeps its own prepared Execution: a repeated call only rebinds pointers.
   struct PlanEntry {
     PlanKey key;

@@ -40,9 +40,16 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_SPIN_COUNT", KnobType::Int, "", "Polls before a waiting rank yields the CPU (default 2000, or 20 with more local ranks than cores).", false},
     {"COLL_YIELD_COUNT", KnobType::Int, "200", "Yields before a waiting rank sleeps on a futex.", false},
     // Planner and executor.
-    {"COLL_ALGO", KnobType::String, "", "Force the All-Reduce algorithm: ring or direct.", false},
+    {"COLL_ALGO", KnobType::String, "", "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: ring, direct, tree, recdoubling, rabenseifner, torus, hier, bruck, pairwise, linear, dissemination. A filter that leaves a collective nothing that can run is an error at init.", false},
+    {"COLL_TORUS_DIMS", KnobType::String, "", "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per host x hosts, else the most balanced factorisation).", false},
+    {"COLL_LINK_PROBE", KnobType::Bool, "1", "1: measure the link model's parameters at communicator creation (a short ping-pong per link class, well under a second); 0: COLL_LINK_* knobs or built-in leads.", false},
+    {"COLL_LINK_INTRA_ALPHA_US", KnobType::String, "", "Planner: latency of one hop between ranks of a host, microseconds (default: probed).", false},
+    {"COLL_LINK_INTRA_GBPS", KnobType::String, "", "Planner: bandwidth of one hop between ranks of a host, GB/s = 1e9 bytes/s (default: probed).", false},
+    {"COLL_LINK_INTER_ALPHA_US", KnobType::String, "", "Planner: latency of one message between hosts, microseconds (default: probed).", false},
+    {"COLL_LINK_INTER_GBPS", KnobType::String, "", "Planner: bandwidth of one host's network link, shared by its ranks, GB/s (default: probed).", false},
+    {"COLL_LINK_GAMMA_GBPS", KnobType::String, "", "Planner: local reduction speed, GB/s of reduced data (default: probed).", false},
     {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: what fits in a window half).", false},
-    {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank.", false},
+    {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank. When set, the planner keeps it; unset, pipelined trees and chains may get another chunk from the planner.", false},
     {"COLL_CHECK", KnobType::Bool, "0", "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).", false},
     // Launcher variables read by collCommInitFromEnv.
     {"RANK", KnobType::Int, "", "torchrun: rank.", true},

@@ -1,9 +1,10 @@
-// Planner: picks the algorithm for a call from an alpha-beta cost model per link class (same
-// host through shared memory, across hosts through the network), unless COLL_ALGO forces one.
+// Planner: picks algorithm, options and chunk size per call from an alpha-beta-gamma cost model
+// per link class (same host, across hosts), within what COLL_ALGO allows.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithms.h"
 #include "core/coll_args.h"
@@ -12,48 +13,140 @@
 
 namespace coll {
 
-
 // Cost of moving a message over one link class: alpha seconds per message, beta seconds per byte.
+// Intra-host: one hop between two ranks of a host, whatever the transport does (two copies through
+// a shared-memory FIFO). Inter-host: one host's network link, shared by all ranks of that host.
 struct LinkCost {
   double alpha = 0;
   double beta = 0;
 };
 
+// The leads used when neither the probe nor the COLL_LINK_* knobs give a value.
+inline constexpr LinkCost kDefaultIntraLink{1.0e-6, 1.0 / 4.0e9};
+inline constexpr LinkCost kDefaultInterLink{25.0e-6, 1.0 / 1.2e9};
+inline constexpr double kDefaultGamma = 1.0 / 8.0e9;
+
+// How one round of simultaneous transfers (each rank sends to at most a few partners) loads the
+// links: the most transfers one rank makes inside its host, and the most transfers leaving (or
+// entering) one host, which share that host's network link.
+struct StepLoad {
+  int32_t intraPerRank = 0;
+  double interPerHost = 0;
+};
+
+// What the model needs of the communicator's shape, derived once by finalizePlannerInputs.
+struct PlannerShape {
+  int32_t maxLocal = 1;
+  bool uniformBlocks = false;
+  bool hierPossible = false;           // > 1 host and some host with > 1 rank
+  StepLoad ring;                       // flat ring in rank order (also chains and ring all-gather)
+  int32_t core = 1;                    // recursive doubling/halving: p' = largest power of two <= p
+  StepLoad fold;                       // the first 2(p - p') ranks pairing up (p' < p)
+  std::vector<StepLoad> pairSteps;     // step k: core members at distance 2^k
+  std::vector<StepLoad> binomial;      // binomial tree from rank 0, round k: i -> i + 2^k
+  std::vector<StepLoad> bruck;         // Bruck round k: r -> r - 2^k
+  int32_t treeHeight = 0;              // double binary tree over the hosts (or ranks on one host)
+  bool torusOk = false;                // a grid with >= 2 dims > 1, or dims forced and valid
+  TorusDims torus;
+  std::vector<StepLoad> torusDims;     // per dimension: both directions of its rings
+  std::string torusProblem;            // why torus cannot apply
+  TorusDims hostTorus;                 // hierarchical's inter-host torus (over hosts)
+  bool hostTorusOk = false;
+};
+
+// Allowed algorithms per collective (bit i = AlgoId i), from COLL_ALGO.
+using AlgoMask = uint32_t;
+inline constexpr int kCollKindCount = 11;
+inline constexpr AlgoMask algoBit(AlgoId a) { return AlgoMask{1} << static_cast<int>(a); }
+inline constexpr AlgoMask kAllAlgos = (AlgoMask{1} << kAlgoCount) - 1;
+
+// Parses COLL_ALGO in NCCL's syntax: sections separated by ';', each "[collective:][^]algo[,algo...]".
+// A section without a collective applies to every collective that has one of its algorithms
+// (an error if none has); '^' excludes instead of selecting. Later sections replace earlier ones
+// for the collectives they name. Names are case-insensitive. Unknown names are collInvalidUsage.
+Status parseAlgoFilter(const std::string& text, AlgoMask allowed[kCollKindCount]);
+
+// The algorithms the planner considers for a collective (before COLL_ALGO and applicability).
+AlgoMask candidateAlgos(CollKind kind);
+
 struct PlannerInputs {
   Topology const* topo = nullptr;
   bool haveWindows = false;      // shared windows exist (all local ranks share memory)
   uint64_t windowHalfBytes = 0;  // per rank
-  LinkCost intraHost;            // shared memory
-  LinkCost interHost;            // network
+  LinkCost intraHost = kDefaultIntraLink;
+  LinkCost interHost = kDefaultInterLink;  // per host link
+  double gamma = kDefaultGamma;            // seconds per byte of local reduction or memory pass
   std::string forcedAlgo;        // COLL_ALGO ("" = choose)
+  std::string torusDims;         // COLL_TORUS_DIMS ("" = derived)
   uint64_t directMaxBytes = 0;   // COLL_DIRECT_MAX_BYTES (0 = window bound)
-  uint64_t directLimit = 0;      // derived by finalizePlannerInputs: largest direct call in bytes
+  uint64_t sliceBytes = 0;       // COLL_SLICE_BYTES when set explicitly: the planner keeps it
+  // Derived by finalizePlannerInputs:
+  uint64_t directLimit = 0;      // largest direct call in bytes
+  AlgoMask allowed[kCollKindCount] = {};
+  Status filterStatus;           // COLL_ALGO's parse result
+  PlannerShape shape;
 };
 
-// Derives what the planner would otherwise recompute on every call.
+// Derives what the planner would otherwise recompute on every call (O(p log p) once).
 void finalizePlannerInputs(PlannerInputs* in);
+
+// One algorithm evaluated by the model.
+struct Candidate {
+  AlgoId algo = AlgoId::Ring;
+  AlgoOptions options;
+  uint64_t sliceBytes = 0;  // 0 = COLL_SLICE_BYTES
+  double seconds = 0;
+};
 
 struct PlanChoice {
   AlgoId algo = AlgoId::Ring;
-  uint64_t roundElems = 0;        // > 0: the call runs as rounds of at most this many elements
+  AlgoOptions options;
+  uint64_t sliceBytes = 0;           // executor chunk for this plan (0 = COLL_SLICE_BYTES)
+  uint64_t roundElems = 0;           // > 0: the call runs as rounds of at most this many elements
   uint64_t reduceAllBelowBytes = 0;  // direct: every rank reduces everything below this size
   double predictedSeconds = 0;
+  static constexpr int kMaxCandidates = 8;
+  Candidate candidates[kMaxCandidates];  // every allowed, applicable algorithm, in AlgoId order
+  int32_t ncandidates = 0;
 };
 
-// Validates COLL_ALGO once (an unknown or unusable algorithm is an error, not a silent fallback).
+// Validates COLL_ALGO and COLL_TORUS_DIMS against this communicator once: an unknown name, or a
+// collective left with no applicable algorithm, is collInvalidUsage naming the knob, the
+// collective and what would apply.
 Status checkForcedAlgo(const PlannerInputs& in);
+// Whether `algo` can run `kind` on this communicator (ignoring COLL_ALGO); *why says why not.
+bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::string* why = nullptr);
+// The model's time for one algorithm (with its best options and chunk); bytes as NCCL counts the
+// call (AllGather: one rank's block, ReduceScatter: one rank's result, others: the message).
+Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytes);
+
 Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
-// Any collective (AllReduce goes to planAllReduce). Point-to-point calls are not planned.
+// Any collective. Point-to-point calls are not planned.
 Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
 
-// The model's predictions (exposed for tests and COLL_DEBUG=INFO).
+// Everything that changes a call's schedule: plans are cached under it (buffers are not part of it).
+struct PlanKey {
+  CollKind kind;
+  uint64_t count;
+  collDataType_t dtype;
+  collRedOp_t op;
+  int32_t root;
+  AlgoId algo;
+  AlgoId interHost;
+  int32_t channels;
+  int32_t torus[3];
+  uint64_t sliceBytes;
+  uint64_t reduceAllBelowBytes;
+  bool operator==(const PlanKey&) const = default;
+};
+PlanKey planKeyOf(const CollArgs& args, const PlanChoice& choice);
+
+// "hier(inter=ring) chunk 512K" (logs).
+std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sliceBytes);
+const char* dataTypeName(collDataType_t dtype);
+
+// Kept for tests and tools: the All-Reduce predictions of two algorithms.
 double predictRing(const PlannerInputs& in, uint64_t bytes);
 double predictDirect(const PlannerInputs& in, uint64_t bytes);
-// Binomial tree vs pipelined chain (broadcast, reduce) and Bruck vs ring (all-gather); bytes is
-// the message (broadcast/reduce) or one rank's block (all-gather).
-double predictTree(const PlannerInputs& in, uint64_t bytes);
-double predictChain(const PlannerInputs& in, uint64_t bytes);
-double predictBruck(const PlannerInputs& in, uint64_t blockBytes);
-double predictRingAllGather(const PlannerInputs& in, uint64_t blockBytes);
 
 }  // namespace coll
