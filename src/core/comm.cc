@@ -289,21 +289,29 @@ Status Comm::connection(int peer, Connection** out) {
 
 HostWindows* Comm::windows() { return shm_.get(); }
 
-uint64_t Comm::prepareWait() { return shm_ ? shm_->prepareWait() : 0; }
+uint64_t Comm::prepareWait() { return shm_ ? shm_->prepareWait(!tcpConnections_.empty()) : 0; }
 
 void Comm::wait(uint64_t token, int maxMs) {
   if (tcpConnections_.empty()) {
     if (shm_) shm_->wait(token, maxMs);
     return;
   }
-  // Sockets and futexes cannot be waited on together: poll the sockets, briefly if shared memory
-  // peers may also wake us.
-  if (shm_) shm_->cancelWait();
+  // Sockets and futexes cannot be waited on together: local peers wake us through the shared
+  // memory's wake socket, polled with the TCP sockets (without one, poll briefly).
   thread_local std::vector<pollfd> fds;
   fds.clear();
   for (Connection* c : tcpConnections_) static_cast<TcpConnection*>(c)->appendPollFds(&fds);
-  int timeout = shm_ && topo_.localSize() > 1 ? std::min(maxMs, 1) : maxMs;
+  int timeout = maxMs;
+  if (shm_ && topo_.localSize() > 1) {
+    if (shm_->wakeFd() >= 0) {
+      fds.push_back(pollfd{shm_->wakeFd(), POLLIN, 0});
+      if (shm_->doorbellMoved(token)) timeout = 0;
+    } else {
+      timeout = std::min(maxMs, 1);
+    }
+  }
   (void)::poll(fds.data(), fds.size(), timeout);
+  if (shm_) shm_->finishSocketWait();
 }
 
 Status Comm::checkHealth() {

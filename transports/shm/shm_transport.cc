@@ -7,14 +7,17 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -74,6 +77,24 @@ struct ShmHost::Header {
   std::atomic<uint32_t> sleeping;
   alignas(64) std::atomic<uint64_t> completedCalls;
 };
+
+namespace {
+
+// Sleeping marks: 0 awake, a futex sleeper, or a poll() sleeper woken through its socket.
+constexpr uint32_t kSleepFutex = 1;
+constexpr uint32_t kSleepSocket = 2;
+
+// Linux abstract socket name: per communicator and rank, gone when the socket closes.
+sockaddr_un wakeAddress(uint64_t commHash, int rank, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "coll-wake-%016llx-%d",
+                   static_cast<unsigned long long>(commHash), rank);
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return a;
+}
+
+}  // namespace
 
 // Head (written by the sender) and tail (written by the receiver) on separate lines so neither
 // side's stores invalidate the line the other side writes.
@@ -331,6 +352,17 @@ Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOpti
                 host->pids_[j]);
     }
   }
+  host->commHash_ = commHash;
+  host->wakeFd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (host->wakeFd_ >= 0) {
+    socklen_t len = 0;
+    sockaddr_un a = wakeAddress(commHash, me, &len);
+    if (bind(host->wakeFd_, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+      COLL_INFO(me, "no wake socket (%s): waits on TCP and shared memory together poll briefly", strerror(errno));
+      close(host->wakeFd_);
+      host->wakeFd_ = -1;
+    }
+  }
   COLL_INFO(me, "shared memory: %d local ranks, %llu bytes per segment", n,
             static_cast<unsigned long long>(layout.total));
   *out = std::move(host);
@@ -344,6 +376,7 @@ ShmHost::~ShmHost() {
   for (int fd : pidfds_) {
     if (fd >= 0) close(fd);
   }
+  if (wakeFd_ >= 0) close(wakeFd_);
 }
 
 int ShmHost::localIndex(int rank) const {
@@ -377,9 +410,10 @@ std::atomic<uint64_t>& ShmHost::progressSlot(int rank, int slot) {
 
 std::atomic<uint64_t>& ShmHost::completedCalls(int rank) { return header(localIndex(rank))->completedCalls; }
 
-uint64_t ShmHost::prepareWait() {
+
+uint64_t ShmHost::prepareWait(bool viaSocket) {
   Header* h = header(localIdx_);
-  h->sleeping.store(1, std::memory_order_seq_cst);
+  h->sleeping.store(viaSocket && wakeFd_ >= 0 ? kSleepSocket : kSleepFutex, std::memory_order_seq_cst);
   // Pairs with the fence in ring(): either the notifier sees our mark, or we see its data.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return h->doorbell.load(std::memory_order_seq_cst);
@@ -397,28 +431,45 @@ void ShmHost::wait(uint64_t token, int maxMs) {
 
 void ShmHost::cancelWait() { header(localIdx_)->sleeping.store(0, std::memory_order_relaxed); }
 
-void ShmHost::ring(Header* h) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (h->sleeping.load(std::memory_order_relaxed) != 0) {
-    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+bool ShmHost::doorbellMoved(uint64_t token) const {
+  return header(localIdx_)->doorbell.load(std::memory_order_acquire) != static_cast<uint32_t>(token);
+}
+
+void ShmHost::finishSocketWait() {
+  char buf[64];
+  while (wakeFd_ >= 0 && recv(wakeFd_, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+  }
+  cancelWait();
+}
+
+void ShmHost::ring(int idx) {
+  Header* h = header(idx);
+  const uint32_t mark = h->sleeping.load(std::memory_order_relaxed);
+  if (mark == 0) return;
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (mark == kSleepSocket) {
+    socklen_t len = 0;
+    sockaddr_un a = wakeAddress(commHash_, localRanks_[idx], &len);
+    // One pending datagram is enough to wake it; a full queue (EAGAIN) already will.
+    const int fd = wakeFd_ >= 0 ? wakeFd_ : socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    (void)sendto(fd, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&a), len);
+    if (fd != wakeFd_ && fd >= 0) close(fd);
+  } else {
     futexCall(&h->doorbell, FUTEX_WAKE, INT_MAX, nullptr);
   }
 }
 
 void ShmHost::notifyRank(int rank) {
   int idx = localIndex(rank);
-  if (idx >= 0) ring(header(idx));
+  if (idx < 0) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ring(idx);
 }
 
 void ShmHost::notifyLocalPeers() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (size_t j = 0; j < segments_.size(); ++j) {
-    if (static_cast<int>(j) == localIdx_) continue;
-    Header* h = header(static_cast<int>(j));
-    if (h->sleeping.load(std::memory_order_relaxed) != 0) {
-      h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-      futexCall(&h->doorbell, FUTEX_WAKE, INT_MAX, nullptr);
-    }
+    if (static_cast<int>(j) != localIdx_) ring(static_cast<int>(j));
   }
 }
 

@@ -54,10 +54,18 @@ class ShmHost final : public HostWindows {
   Status connection(int peer, std::unique_ptr<Connection>* out);
 
   // Sleep protocol (see transport.h Links): the waiter marks itself sleeping and reads its
-  // doorbell; notifiers that see the mark bump the doorbell and FUTEX_WAKE it.
-  uint64_t prepareWait();
+  // doorbell; notifiers that see the mark bump the doorbell and FUTEX_WAKE it. A rank that also
+  // waits on sockets (TCP peers) cannot sleep on a futex: it prepares with `viaSocket`, polls
+  // wakeFd() with its sockets, and notifiers send a datagram to it instead.
+  uint64_t prepareWait(bool viaSocket = false);
   void wait(uint64_t token, int maxMs);
   void cancelWait();
+  // The datagram socket local peers wake this rank through (-1 if it could not be made: then
+  // socket waits must stay short). finishSocketWait() drains it and clears the sleeping mark.
+  int wakeFd() const { return wakeFd_; }
+  // True when a notifier rang since prepareWait returned `token`.
+  bool doorbellMoved(uint64_t token) const;
+  void finishSocketWait();
   // Rings local rank `rank` if it sleeps (no system call otherwise).
   void notifyRank(int rank);
 
@@ -82,7 +90,7 @@ class ShmHost final : public HostWindows {
 
  private:
   ShmHost() = default;
-  void ring(Header* h);
+  void ring(int localIdx);
 
   int rank_ = -1;
   int localIdx_ = -1;
@@ -96,6 +104,8 @@ class ShmHost final : public HostWindows {
   std::vector<std::byte*> segments_;  // mapped base per local index
   std::vector<int> pidfds_;           // per local index; -1 when unavailable (then kill(pid, 0))
   std::vector<pid_t> pids_;
+  int wakeFd_ = -1;                   // abstract-namespace datagram socket (per comm and rank)
+  uint64_t commHash_ = 0;
 };
 
 }  // namespace coll
