@@ -2,6 +2,7 @@
 // built from them.
 #include "algorithms/phases.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace coll {
@@ -10,6 +11,11 @@ namespace {
 
 void gateStep(Schedule* s, int32_t step, int32_t gate) {
   if (gate >= 0) s->addDep(step, wholeStepDep(gate));
+}
+
+// A step reading `in` from element `first` of the span streams behind the span's producer.
+void inputDep(Schedule* s, int32_t step, const PhaseSpan& span, uint64_t first) {
+  if (span.inReady >= 0) s->addDep(step, stepDep(span.inReady, span.inReadyOffset + first));
 }
 
 }  // namespace
@@ -33,6 +39,7 @@ PhaseResult addOwnResult(const PhaseSpan& span, int32_t gate, bool divide, Sched
   c.count = span.count;
   res.ready = s->addStep(c);
   gateStep(s, res.ready, gate);
+  inputDep(s, res.ready, span, 0);
   if (after >= 0) s->addDep(res.ready, stepDep(after, afterOffset));
   return res;
 }
@@ -59,6 +66,7 @@ PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int3
     const int32_t si = s->addStep(snd);
     gateStep(s, si, gate);
     if (k > 0) s->addDep(si, stepDep(prev));
+    else inputDep(s, si, span, partStart(span.count, n, cs));
 
     const int32_t cr = chunk(m - (k + 2) * dir);
     Step rr;
@@ -69,6 +77,7 @@ PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int3
     rr.count = partCount(span.count, n, cr);
     prev = s->addStep(rr);
     gateStep(s, prev, gate);
+    inputDep(s, prev, span, partStart(span.count, n, cr));
   }
   if (divide) {
     Step d;
@@ -84,17 +93,35 @@ PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int3
 }
 
 PhaseResult addRingAllGather(const RankGroup& g, const PhaseSpan& span, int32_t gate, int32_t ownReady, bool reverse,
-                             Schedule* s) {
+                             Schedule* s, const Producers* ownParts, Producers* finals) {
   const int32_t n = g.size();
-  if (n == 1) return PhaseResult{ownReady};
   const int64_t m = g.me;
+  auto at = [&](int32_t c) { return offsetBy(span.out, partStart(span.count, n, c) * span.es); };
+  auto record = [&](int32_t c, int32_t step) {
+    if (finals != nullptr) finals->push_back(Producer{partStart(span.count, n, c), step});
+  };
+  auto addOwnDeps = [&](int32_t step) {
+    if (ownParts == nullptr) {
+      if (ownReady >= 0) s->addDep(step, stepDep(ownReady));
+      return;
+    }
+    for (const Producer& p : *ownParts) {
+      if (p.step >= 0) s->addDep(step, p.first == 0 ? stepDep(p.step) : stepDepFrom(p.step, p.first));
+    }
+  };
+  const int32_t own = static_cast<int32_t>(m);
+  if (n == 1) {
+    record(own, ownReady);
+    return PhaseResult{ownReady};
+  }
   const int64_t dir = reverse ? -1 : 1;
   const int32_t right = g.at(m + dir), left = g.at(m - dir);
   auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
-  auto at = [&](int32_t c) { return offsetBy(span.out, partStart(span.count, n, c) * span.es); };
   // Step k forwards chunk m-k*dir (own first, then what arrived in step k-1) and receives chunk
   // m-(k+1)*dir.
-  int32_t prev = ownReady;
+  const size_t firstFinal = finals != nullptr ? finals->size() : 0;
+  record(own, ownReady);
+  int32_t prev = -1;
   for (int32_t k = 0; k + 1 < n; ++k) {
     const int32_t cs = chunk(m - k * dir);
     Step snd;
@@ -104,7 +131,8 @@ PhaseResult addRingAllGather(const RankGroup& g, const PhaseSpan& span, int32_t 
     snd.count = partCount(span.count, n, cs);
     const int32_t si = s->addStep(snd);
     gateStep(s, si, gate);
-    if (prev >= 0) s->addDep(si, stepDep(prev));
+    if (k == 0) addOwnDeps(si);
+    else s->addDep(si, stepDep(prev));
 
     const int32_t cr = chunk(m - (k + 1) * dir);
     Step rv;
@@ -114,23 +142,32 @@ PhaseResult addRingAllGather(const RankGroup& g, const PhaseSpan& span, int32_t 
     rv.count = partCount(span.count, n, cr);
     prev = s->addStep(rv);
     gateStep(s, prev, gate);
+    record(cr, prev);
+  }
+  if (finals != nullptr) {
+    std::sort(finals->begin() + static_cast<ptrdiff_t>(firstFinal), finals->end(),
+              [](const Producer& a, const Producer& b) { return a.first < b.first; });
   }
   return PhaseResult{prev};
 }
 
 void addRingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, int32_t channels,
-                      Schedule* s) {
+                      Schedule* s, Producers* finals) {
   if (channels >= 2 && g.size() > 2 && span.count >= 2) {
     const uint64_t half = span.count / 2;
     for (int c = 0; c < 2; ++c) {
       PhaseSpan part = c == 0 ? subSpan(span, 0, half) : subSpan(span, half, span.count - half);
       PhaseResult rs = addRingReduceScatter(g, part, gate, c == 1, divide, s);
-      addRingAllGather(g, part, gate, rs.ready, c == 1, s);
+      const size_t before = finals != nullptr ? finals->size() : 0;
+      addRingAllGather(g, part, gate, rs.ready, c == 1, s, nullptr, finals);
+      if (finals != nullptr && c == 1) {
+        for (size_t k = before; k < finals->size(); ++k) (*finals)[k].first += half;
+      }
     }
     return;
   }
   PhaseResult rs = addRingReduceScatter(g, span, gate, false, divide, s);
-  addRingAllGather(g, span, gate, rs.ready, false, s);
+  addRingAllGather(g, span, gate, rs.ready, false, s, nullptr, finals);
 }
 
 void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out, int32_t channels) {

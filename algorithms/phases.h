@@ -31,6 +31,11 @@ struct PhaseSpan {
   BufRef out;
   uint64_t count = 0;  // elements
   size_t es = 0;       // element size in bytes
+  // Streaming input (ring phases only; others need it complete at their gate): element e of `in`
+  // is ready once step `inReady` has done inReadyOffset + e elements, so a phase can start on
+  // what the previous one has finished, slice by slice. -1 = ready at the gate.
+  int32_t inReady = -1;
+  uint64_t inReadyOffset = 0;
 };
 
 // Near-equal partition of `count` elements into n chunks, the first count % n one element longer.
@@ -47,8 +52,18 @@ inline BufRef offsetBy(BufRef r, uint64_t bytes) {
 }
 // The sub-span of elements [first, first + count).
 inline PhaseSpan subSpan(const PhaseSpan& s, uint64_t first, uint64_t count) {
-  return PhaseSpan{offsetBy(s.in, first * s.es), offsetBy(s.out, first * s.es), count, s.es};
+  return PhaseSpan{offsetBy(s.in, first * s.es), offsetBy(s.out, first * s.es), count, s.es, s.inReady,
+                   s.inReadyOffset + first};
 }
+
+// Which step finalises which part of a span: part k covers [first_k, first_{k+1}) (ascending,
+// span-relative elements), and its element e is final once `step` has done e - first_k elements.
+// A later phase streams from a result made in pieces by depending on every piece's step.
+struct Producer {
+  uint64_t first = 0;
+  int32_t step = -1;
+};
+using Producers = std::vector<Producer>;
 
 // What a phase leaves behind: the step after which this rank's result is final (per slice:
 // dependents may stream from it with stepDep), or -1 when the phase added no step that writes it.
@@ -72,14 +87,16 @@ PhaseResult addOwnResult(const PhaseSpan& span, int32_t gate, bool divide, Sched
 // schedule's divisor (collAvg). n == 1: in is copied to out (and divided).
 PhaseResult addRingReduceScatter(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool reverse, bool divide,
                                  Schedule* s);
-// All-gather: member i's chunk i of out (final once `ownReady` has covered it; -1 = at the gate)
-// reaches every member's out. Returns the last step of the phase.
+// All-gather: member i's chunk i of out (final once `ownReady` has covered it; -1 = at the gate;
+// or, when `ownParts` is given, made in pieces: chunk-relative producers) reaches every member's
+// out. Returns the last step of the phase; `finals` (if given) receives the producers of the whole
+// span.
 PhaseResult addRingAllGather(const RankGroup& g, const PhaseSpan& span, int32_t gate, int32_t ownReady, bool reverse,
-                             Schedule* s);
+                             Schedule* s, const Producers* ownParts = nullptr, Producers* finals = nullptr);
 // Reduce-scatter then all-gather, streamed per slice. channels == 2 (and n > 2): the first half
-// of the span runs forward, the second half in reverse.
+// of the span runs forward, the second half in reverse. `finals` as for addRingAllGather.
 void addRingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, int32_t channels,
-                      Schedule* s);
+                      Schedule* s, Producers* finals = nullptr);
 
 // ---- tree and recursive phases (tree_phases.cc).
 

@@ -54,6 +54,10 @@ struct Dep {
   uint64_t offset = 0;   // elements: element i of the dependent needs element offset+i done
   uint64_t count = 0;    // PeerStep: the named step's element count (completion = count)
   uint32_t lag = 0;      // PeerCall: 1 = the previous call, 2 = the one before
+  // Step, per element, with offset 0: the dependent's first `lead` elements do not need this
+  // dependency, and element i >= lead needs element i - lead (a dependency that produces only a
+  // later part of the dependent's range; one such dep per part covers a range made in pieces).
+  uint64_t lead = 0;
 };
 
 struct Step {
@@ -124,6 +128,7 @@ inline BufRef windowAt(int32_t owner, uint64_t offset) { return BufRef{BufKind::
 inline BufRef extraAt(int32_t index, uint64_t offset) { return BufRef{BufKind::Extra, index, offset}; }
 
 inline Dep stepDep(int32_t step, uint64_t offset = 0) { Dep d; d.kind = DepKind::Step; d.step = step; d.offset = offset; return d; }
+inline Dep stepDepFrom(int32_t step, uint64_t lead) { Dep d; d.kind = DepKind::Step; d.step = step; d.lead = lead; return d; }
 inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }
 
 size_t dataTypeSize(collDataType_t dtype);
