@@ -45,10 +45,7 @@ struct Options {
   uint64_t exactSteps = 10'000'000;  // exact evaluation up to this many steps in all
   std::vector<int> rows;             // indices into kRows
   bool counts = false;
-  // The hierarchical builders spend O(p) per rank on their host table (minutes per entry at
-  // 100,000 ranks): beyond this many ranks only the interHost variants the README asks for
-  // (ring, tree, torus) are evaluated unless --all.
-  int32_t extraHierMaxRanks = 16384;
+  bool predictions = false;  // also print the planner's prediction of every entry
 };
 
 bool parseBytes(const std::string& t, uint64_t* out) {
@@ -120,8 +117,8 @@ void usage() {
          "                    hier(rabenseifner),recdoubling,rabenseifner (default all)\n"
          "  --exact-steps N   evaluate exactly up to N steps in all, else by host symmetry (default 1e7)\n"
          "  --counts          also print per-rank step, message and byte counts (maximum over ranks)\n"
-         "  --all             evaluate hier(recdoubling) and hier(rabenseifner) above 16,384 ranks too\n"
-         "                    (their builders cost O(p) per rank: minutes per entry at 100,000 ranks)\n");
+         "  --predictions     also print the planner's prediction of every entry and its ratio to the\n"
+         "                    schedule model's time\n");
 }
 
 int parseOptions(int argc, char** argv, Options* o) {
@@ -141,8 +138,8 @@ int parseOptions(int argc, char** argv, Options* o) {
       return 0;
     } else if (a == "--counts") {
       o->counts = true;
-    } else if (a == "--all") {
-      o->extraHierMaxRanks = INT32_MAX;
+    } else if (a == "--predictions") {
+      o->predictions = true;
     } else if (a == "--ranks") {
       if (!value(&v)) return 2;
       o->ranks.clear();
@@ -270,10 +267,6 @@ Entry evaluate(const Options& o, const Row& row, int32_t p, uint64_t bytes) {
   if (row.algo == AlgoId::Ring) symmetricOk = true;
   if (row.algo == AlgoId::Torus) symmetricOk = flatDims.d[0] == L && flatDims.product() == p && flatDims.ndims == 2;
   if (row.algo == AlgoId::Hierarchical) {
-    if ((row.inter == AlgoId::RecursiveDoubling || row.inter == AlgoId::Rabenseifner) && p > o.extraHierMaxRanks) {
-      e.why = "skipped (--all)";
-      return e;
-    }
     if (hosts < 2 || L < 2) {
       e.why = "one host or one rank per host";
       return e;
@@ -349,7 +342,9 @@ int run(const Options& o) {
   std::vector<std::string> countLines;
   for (int32_t p : o.ranks) {
     const int32_t L = std::min(o.perNode, p);
-    // Planner inputs with the same links: its inter-host cost is per host link (L ranks' worth).
+    // Planner inputs with the same links: a NIC per rank (the schedule model gives every rank its
+    // own port of each class), reductions beside transfers (as the schedule model runs them), and
+    // the pure model (no factors measured on another machine).
     UniformTopologies topos(p, L);
     Topology topo0 = topos.at(0);
     PlannerInputs in;
@@ -357,7 +352,10 @@ int run(const Options& o) {
     in.haveWindows = true;
     in.windowHalfBytes = 4u << 20;
     in.intraHost = LinkCost{o.model.link[0].alphaSeconds, 1.0 / o.model.link[0].bytesPerSecond};
-    in.interHost = LinkCost{o.model.link[1].alphaSeconds, 1.0 / (o.model.link[1].bytesPerSecond * L)};
+    in.interHost = LinkCost{o.model.link[1].alphaSeconds, 1.0 / o.model.link[1].bytesPerSecond};
+    in.nicsPerHost = 0;
+    in.implementationFactors = false;
+    in.reductionOverlaps = true;
     in.gamma = 1.0 / o.model.memoryBytesPerSecond;
     finalizePlannerInputs(&in);
 
@@ -401,7 +399,7 @@ int run(const Options& o) {
       for (size_t si = 0; si < o.sizes.size(); ++si) {
         const Entry& e = grid[ri][si];
         if (!e.valid) {
-          printf(" %s |", e.why == "skipped (--all)" ? "—" : "n/a");
+          printf(" n/a |");
           continue;
         }
         const bool chosen = planned[si] == kRows[o.rows[ri]].name;
@@ -429,7 +427,43 @@ int run(const Options& o) {
         }
       }
     }
-    printf("\n");
+    // How much the planner's choice costs against the schedule model's best, per column.
+    printf("| *planner's choice ÷ best* |");
+    for (size_t si = 0; si < o.sizes.size(); ++si) {
+      double chosen = -1;
+      for (size_t ri = 0; ri < o.rows.size(); ++ri) {
+        if (planned[si] == kRows[o.rows[ri]].name && grid[ri][si].valid) chosen = grid[ri][si].seconds;
+      }
+      if (chosen < 0 || best[si] < 0) printf(" n/a |");
+      else printf(" %.2f |", chosen / grid[best[si]][si].seconds);
+    }
+    printf("\n\n");
+    if (o.predictions) {
+      printf("Planner's prediction (schedule model ÷ prediction), %s ranks:\n\n| algorithm |", rankLabel(p).c_str());
+      for (uint64_t b : o.sizes) printf(" %s |", sizeLabel(b).c_str());
+      printf("\n|---|");
+      for (size_t si = 0; si < o.sizes.size(); ++si) printf("---:|");
+      printf("\n");
+      for (size_t ri = 0; ri < o.rows.size(); ++ri) {
+        const Row& row = kRows[o.rows[ri]];
+        printf("| %s |", row.name);
+        for (size_t si = 0; si < o.sizes.size(); ++si) {
+          Candidate c;
+          c.seconds = -1;
+          if (row.algo == AlgoId::Hierarchical) {
+            if (algoApplicable(in, CollKind::AllReduce, row.algo)) c = predictHierarchicalAllReduce(in, row.inter, o.sizes[si]);
+          } else if (algoApplicable(in, CollKind::AllReduce, row.algo)) {
+            c = predictAlgo(in, CollKind::AllReduce, row.algo, o.sizes[si]);
+          }
+          const Entry& e = grid[ri][si];
+          if (c.seconds < 0) printf(" n/a |");
+          else if (!e.valid) printf(" %s |", timeLabel(c.seconds).c_str());
+          else printf(" %s (%.2f) |", timeLabel(c.seconds).c_str(), c.seconds > 0 ? e.seconds / c.seconds : 0.0);
+        }
+        printf("\n");
+      }
+      printf("\n");
+    }
     for (size_t si = 0; si < o.sizes.size(); ++si) {
       const PlanChoice& c = choices[si];
       const std::string what = describeChoice(c.algo, c.options, c.sliceBytes);
@@ -455,10 +489,10 @@ int run(const Options& o) {
       notes.push_back(buf);
     }
   }
-  printf("Legend: **bold** = the planner's choice (planAllReduce with the same link parameters; its inter-node cost "
-         "is per host link, i.e. ranks per node x the per-rank bandwidth); ✓ = fastest in the schedule model; "
+  printf("Legend: **bold** = the planner's choice (planAllReduce with the same link parameters, one NIC per rank "
+         "(COLL_LINK_NICS_PER_HOST=0), reductions overlapping transfers and no implementation factors); ✓ = fastest in the schedule model; "
          "~ = evaluated by host symmetry (host 0's ranks; every other host in lockstep), otherwise exact (every "
-         "rank, every message); n/a = not applicable or too large to evaluate; — = not evaluated (--all).\n");
+         "rank, every message); n/a = not applicable or too large to evaluate.\n");
   if (!notes.empty()) {
     printf("\nWhere the planner disagrees with the schedule model:\n\n");
     for (const std::string& n : notes) printf("- %s\n", n.c_str());

@@ -112,6 +112,12 @@ Status Comm::setupPlanner() {
   in.directMaxBytes = knobBytes("COLL_DIRECT_MAX_BYTES");
   // An explicit COLL_SLICE_BYTES is the user's chunk: the planner keeps it.
   in.sliceBytes = knobRaw("COLL_SLICE_BYTES") ? knobBytes("COLL_SLICE_BYTES") : 0;
+  const int64_t nics = knobInt("COLL_LINK_NICS_PER_HOST");
+  if (nics < 0 || nics > 65536) {
+    return makeError(collInvalidUsage, "COLL_LINK_NICS_PER_HOST=%lld: want 0 (one NIC per rank) or a count of NICs per host",
+                     static_cast<long long>(nics));
+  }
+  in.nicsPerHost = static_cast<int32_t>(nics);
   finalizePlannerInputs(&in);
   COLL_TRY(checkForcedAlgo(in));
   if (!in.torusDims.empty() && !in.shape.torusOk && rank() == 0) {
@@ -150,10 +156,12 @@ Status Comm::setupPlanner() {
   in.gamma = pick(gammaGBps, inv(gammaGBps), measured.gamma, kDefaultGamma, &fromG);
   if (rank() == 0) {
     COLL_INFO(rank(),
-              "link model: intra-host %.2f us (%s) %.2f GB/s (%s); inter-host %.2f us (%s) %.3f GB/s per host link "
-              "(%s); reduction %.2f GB/s (%s)",
+              "link model: intra-host %.2f us (%s) %.2f GB/s (%s); inter-host %.2f us (%s) %.3f GB/s per NIC "
+              "(%s), %s; reduction %.2f GB/s (%s)",
               in.intraHost.alpha * 1e6, fromIa, 1e-9 / in.intraHost.beta, fromIb, in.interHost.alpha * 1e6, fromEa,
-              1e-9 / in.interHost.beta, fromEb, 1e-9 / in.gamma, fromG);
+              1e-9 / in.interHost.beta, fromEb,
+              in.nicsPerHost == 0 ? "one NIC per rank" : (std::to_string(in.nicsPerHost) + " NIC(s) per host").c_str(),
+              1e-9 / in.gamma, fromG);
   }
   return okStatus();
 }

@@ -62,8 +62,9 @@ std::string maskNames(AlgoMask mask) {
 // Counts how one round of transfers loads the links.
 class LoadCounter {
  public:
-  explicit LoadCounter(const Topology& t)
-      : t_(t), out_(static_cast<size_t>(t.nhosts)), in_(static_cast<size_t>(t.nhosts)),
+  // nicOfRank: the NIC (0 .. nics-1 over all hosts) each rank's inter-host traffic uses.
+  LoadCounter(const Topology& t, const std::vector<int32_t>& nicOfRank, int32_t nics)
+      : t_(t), nicOf_(nicOfRank), out_(static_cast<size_t>(nics)), in_(static_cast<size_t>(nics)),
         perRank_(static_cast<size_t>(t.nranks)) {}
   void add(int32_t src, int32_t dst) {
     if (src == dst) return;
@@ -72,8 +73,8 @@ class LoadCounter {
       int32_t& n = perRank_[static_cast<size_t>(src)];
       load_.intraPerRank = std::max(load_.intraPerRank, ++n);
     } else {
-      load_.interPerHost = std::max<double>(load_.interPerHost, ++out_[static_cast<size_t>(hs)]);
-      load_.interPerHost = std::max<double>(load_.interPerHost, ++in_[static_cast<size_t>(hd)]);
+      load_.interPerNic = std::max<double>(load_.interPerNic, ++out_[static_cast<size_t>(nicOf_[static_cast<size_t>(src)])]);
+      load_.interPerNic = std::max<double>(load_.interPerNic, ++in_[static_cast<size_t>(nicOf_[static_cast<size_t>(dst)])]);
     }
   }
   StepLoad take() {
@@ -87,6 +88,7 @@ class LoadCounter {
 
  private:
   const Topology& t_;
+  const std::vector<int32_t>& nicOf_;
   std::vector<int32_t> out_, in_, perRank_;
   StepLoad load_;
 };
@@ -111,9 +113,31 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
   s->hierPossible = t.nhosts > 1 && s->maxLocal > 1;
   if (p <= 1) return;
 
-  LoadCounter c(t);
-  for (int32_t r = 0; r < p; ++r) c.add(r, (r + 1) % p);
+  // Which NIC each rank's inter-host traffic leaves through: local rank i of a host with n ranks
+  // and k NICs uses NIC i * k / n, so the ranks spread evenly over the NICs.
+  std::vector<int32_t> firstNic(perHost.size()), seen(perHost.size()), nicOfRank(static_cast<size_t>(p));
+  int32_t nics = 0;
+  for (size_t h = 0; h < perHost.size(); ++h) {
+    firstNic[h] = nics;
+    nics += in.nicsPerHost > 0 ? std::min(in.nicsPerHost, std::max(perHost[h], 1)) : std::max(perHost[h], 1);
+  }
+  std::vector<int32_t> perNic(static_cast<size_t>(nics));
+  for (int32_t r = 0; r < p; ++r) {
+    const size_t h = static_cast<size_t>(t.hostOfRank[static_cast<size_t>(r)]);
+    const int64_t k = in.nicsPerHost > 0 ? std::min(in.nicsPerHost, perHost[h]) : perHost[h];
+    const int32_t nic = firstNic[h] + static_cast<int32_t>(int64_t{seen[h]++} * k / perHost[h]);
+    nicOfRank[static_cast<size_t>(r)] = nic;
+    s->ranksPerNic = std::max(s->ranksPerNic, ++perNic[static_cast<size_t>(nic)]);
+  }
+
+  LoadCounter c(t, nicOfRank, nics);
+  int64_t crossing = 0;
+  for (int32_t r = 0; r < p; ++r) {
+    c.add(r, (r + 1) % p);
+    crossing += t.sameHost(r, (r + 1) % p) ? 0 : 1;
+  }
   s->ring = c.take();
+  s->ringInterFraction = static_cast<double>(crossing) / p;
 
   const int32_t core = int32_t{1} << log2Floor(p);
   const int32_t extra = p - core;
@@ -151,12 +175,16 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
       int64_t stride = 1;
       for (int i = 0; i < 3; ++i) {
         const int64_t d = dims.d[i];
+        int64_t cross = 0;
         for (int32_t r = 0; r < p && d > 1; ++r) {
           const int64_t x = (r / stride) % d;
-          c.add(r, static_cast<int32_t>(r + ((x + 1) % d - x) * stride));
+          const int32_t next = static_cast<int32_t>(r + ((x + 1) % d - x) * stride);
+          c.add(r, next);
           c.add(r, static_cast<int32_t>(r + ((x + d - 1) % d - x) * stride));
+          cross += t.sameHost(r, next) ? 0 : 1;
         }
         s->torusDims.push_back(c.take());
+        s->torusInterFraction.push_back(static_cast<double>(cross) / p);
         stride *= d;
       }
     }
@@ -176,18 +204,19 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
 double stepCost(const PlannerInputs& in, const StepLoad& l, double bytes) {
   double t = 0;
   if (l.intraPerRank > 0) t = in.intraHost.alpha + l.intraPerRank * bytes * in.intraHost.beta;
-  if (l.interPerHost > 0) t = std::max(t, in.interHost.alpha + l.interPerHost * bytes * in.interHost.beta);
+  if (l.interPerNic > 0) t = std::max(t, in.interHost.alpha + l.interPerNic * bytes * in.interHost.beta);
   return t;
 }
 
-// A pipeline `depth` stages deep carrying `bytes` in chunks: (depth + chunks - 1) chunk times.
-// Picks the chunk (unless COLL_SLICE_BYTES was set) and returns the time.
-template <typename ChunkTime>
-double pipelined(const PlannerInputs& in, int64_t depth, double bytes, ChunkTime chunkTime, uint64_t* sliceOut) {
+// A pipeline carrying `bytes` in chunks: the first chunk's trip through every stage (fill), then
+// one chunk per occupancy of the busiest resource. Picks the chunk (unless COLL_SLICE_BYTES was
+// set) and returns the time.
+template <typename Fill, typename Busy>
+double streamedPipeline(const PlannerInputs& in, double bytes, Fill fill, Busy busy, uint64_t* sliceOut) {
   auto eval = [&](uint64_t s) {
     const double chunk = std::min<double>(bytes, static_cast<double>(s));
     const double chunks = bytes <= 0 ? 1 : std::ceil(bytes / static_cast<double>(s));
-    return (static_cast<double>(std::max<int64_t>(depth, 1)) + chunks - 1) * chunkTime(chunk);
+    return fill(chunk) + (chunks - 1) * busy(chunk);
   };
   const uint64_t base = in.sliceBytes != 0 ? in.sliceBytes : kDefaultSliceBytes;
   double best = eval(base);
@@ -200,35 +229,84 @@ double pipelined(const PlannerInputs& in, int64_t depth, double bytes, ChunkTime
   return best;
 }
 
-// Recursive doubling / Rabenseifner / ring / tree / torus over one member per host, every host
-// link carrying `flows` such shards at once (hierarchical's inter-host phase).
+// A pipeline `depth` stages deep carrying `bytes` in chunks: (depth + chunks - 1) chunk times.
+template <typename ChunkTime>
+double pipelined(const PlannerInputs& in, int64_t depth, double bytes, ChunkTime chunkTime, uint64_t* sliceOut) {
+  const double stages = static_cast<double>(std::max<int64_t>(depth, 1));
+  return streamedPipeline(in, bytes, [&](double s) { return stages * chunkTime(s); }, chunkTime, sliceOut);
+}
+
+// The executor streams slices through a rank (dependencies are per slice), so within a phase the
+// latency of successive slices overlaps their transfer (and their reduction, where
+// reductionOverlaps): a step of `chunk` bytes costs the busiest resource's time for the whole
+// chunk, or, when that is shorter, the latency of one slice through one hop (the next step's
+// first slice waits for it). Hops: `interFraction` of them cross hosts.
+double sliceBytesOf(const PlannerInputs& in) {
+  return static_cast<double>(in.sliceBytes != 0 ? in.sliceBytes : kDefaultSliceBytes);
+}
+
+// `reduce`: chunks a rank reduces per step (0 = none; 2 for both directions of a torus dimension).
+double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, double interFraction, double chunk,
+                     double reduce) {
+  if (steps <= 0) return 0;
+  const double s = std::min(chunk, sliceBytesOf(in));
+  const double g = reduce > 0 ? in.gamma : 0;
+  const double ports = std::max(l.intraPerRank * chunk * in.intraHost.beta, l.interPerNic * chunk * in.interHost.beta);
+  const double busy = in.reductionOverlaps ? std::max(ports, reduce * chunk * g) : ports + reduce * chunk * g;
+  const double f = interFraction;
+  const double hop = (1 - f) * (in.intraHost.alpha + s * in.intraHost.beta) + f * (in.interHost.alpha + s * in.interHost.beta);
+  return steps * std::max(busy, hop + s * g);
+}
+
+// One step of a pairwise algorithm (recursive doubling, Rabenseifner): its latency is the slowest
+// pair's.
+double streamedStep(const PlannerInputs& in, const StepLoad& l, double chunk, double reduce) {
+  return streamedSteps(in, 1, l, l.interPerNic > 0 ? 1.0 : 0.0, chunk, reduce);
+}
+
+// Recursive doubling / Rabenseifner / ring / tree / torus over one member per host, every NIC
+// carrying `flows` such shards at once (hierarchical's inter-host phase).
 double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int flows, uint64_t* slice) {
   const int64_t h = in.topo->nhosts;
-  const double a = in.interHost.alpha, b = in.interHost.beta * flows, g = in.gamma;
+  const double a = in.interHost.alpha, b = in.interHost.beta, g = in.gamma;
   *slice = 0;
   if (h <= 1) return 0;
+  const StepLoad one{0, static_cast<double>(flows)};
   switch (algo) {
-    case AlgoId::Ring: return 2.0 * (h - 1) * (a + m / h * b) + (h - 1) * (m / h) * g;
-    case AlgoId::Tree:
-      return pipelined(in, 2 * log2Floor(h), m, [&](double s) { return a + 2 * s * b + s * g; }, slice);
+    case AlgoId::Ring:
+      return streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 1) +
+             streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 0);
+    case AlgoId::Tree: {
+      // Double binary tree over the hosts: a busy member sends and receives twice each chunk.
+      const int depth = 2 * log2Floor(h);
+      return streamedPipeline(
+          in, m, [&](double s) { return depth * (a + s * b) + depth / 2 * s * g; },
+          [&](double s) { return in.reductionOverlaps ? std::max(2 * s * b * flows, s * g) : 2 * s * b * flows + s * g; },
+          slice);
+    }
     case AlgoId::RecursiveDoubling: {
       const int64_t core = int64_t{1} << log2Floor(h);
-      const double fold = core < h ? 2 * (a + m * b) + m * g : 0;
-      return fold + log2Floor(h) * (a + m * b + m * g);
+      const double fold = core < h ? streamedSteps(in, 1, one, 1, m, 1) + streamedSteps(in, 1, one, 1, m, 0) : 0;
+      return fold + streamedSteps(in, log2Floor(h), one, 1, m, 1);
     }
     case AlgoId::Rabenseifner: {
       const int64_t core = int64_t{1} << log2Floor(h);
-      double t = core < h ? 2 * (a + m * b) + m * g : 0;
+      double t = core < h ? streamedSteps(in, 1, one, 1, m, 1) + streamedSteps(in, 1, one, 1, m, 0) : 0;
       double part = m;
-      for (int k = 0; k < log2Floor(h); ++k) part /= 2, t += 2 * (a + part * b) + part * g;
+      for (int k = 0; k < log2Floor(h); ++k) {
+        part /= 2;
+        t += streamedSteps(in, 1, one, 1, part, 1) + streamedSteps(in, 1, one, 1, part, 0);
+      }
       return t;
     }
     case AlgoId::Torus: {
+      // Per dimension two half-size rings in opposite directions: two flows per member.
+      const StepLoad two{0, 2.0 * flows};
       double t = 0, part = m;
       for (int i = 0; i < 3; ++i) {
         const int d = in.shape.hostTorus.d[i];
         if (d <= 1) continue;
-        t += 2.0 * (d - 1) * (a + part / d * b) + (d - 1) * (part / d) * g;
+        t += streamedSteps(in, d - 1, two, 1, part / d / 2, 2) + streamedSteps(in, d - 1, two, 1, part / d / 2, 0);
         part /= d;
       }
       return t;
@@ -258,7 +336,8 @@ double directOnce(const PlannerInputs& in, double n) {
   return 2.0 * in.intraHost.alpha + 3.0 * n * in.gamma;
 }
 
-Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
+// onlyInter: hierarchical's inter-host algorithm when fixed (Hierarchical = the best one).
+Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, AlgoId onlyInter = AlgoId::Hierarchical) {
   const PlannerShape& sh = in.shape;
   const Topology& t = *in.topo;
   const int64_t p = t.nranks;
@@ -268,7 +347,8 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
   if (p <= 1) return c;
   switch (algo) {
     case AlgoId::Ring:
-      c.seconds = 2.0 * (p - 1) * stepCost(in, sh.ring, n / p) + (p - 1) * (n / p) * g;
+      c.seconds = streamedSteps(in, static_cast<double>(p - 1), sh.ring, sh.ringInterFraction, n / p, 1) +
+                  streamedSteps(in, static_cast<double>(p - 1), sh.ring, sh.ringInterFraction, n / p, 0);
       break;
     case AlgoId::Direct:
       c.seconds = in.directLimit > 0 && n > in.directLimit
@@ -278,31 +358,37 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
     case AlgoId::Tree: {
       // Two complementary trees, half the data each: per chunk a busy node sends and receives
       // twice the chunk (up, and down to two children); inside a host a chain does the same.
+      // The first chunk goes up and down the tree over the hosts (or ranks) and the chains.
       const bool hosts = t.nhosts > 1;
-      const int64_t depth = 2 * (sh.treeHeight + (hosts ? sh.maxLocal - 1 : 0));
+      const int64_t treeHops = sh.treeHeight, chainHops = hosts ? sh.maxLocal - 1 : 0;
       const LinkCost& l = hosts ? in.interHost : in.intraHost;
-      c.seconds = pipelined(in, depth, n,
-                            [&](double s) {
-                              double chunk = l.alpha + 2 * s * l.beta;
-                              if (hosts && sh.maxLocal > 1) chunk = std::max(chunk, in.intraHost.alpha + 2 * s * in.intraHost.beta);
-                              return chunk + s * g;
-                            },
-                            &c.sliceBytes);
+      c.seconds = streamedPipeline(
+          in, n,
+          [&](double s) {
+            return 2.0 * (treeHops * (l.alpha + s * l.beta) + chainHops * (in.intraHost.alpha + s * in.intraHost.beta)) +
+                   static_cast<double>(treeHops + chainHops) * s * g;
+          },
+          [&](double s) {
+            double ports = 2 * s * l.beta;
+            if (chainHops > 0) ports = std::max(ports, 2 * s * in.intraHost.beta);
+            return in.reductionOverlaps ? std::max(ports, s * g) : ports + s * g;
+          },
+          &c.sliceBytes);
       break;
     }
     case AlgoId::RecursiveDoubling: {
-      double tt = sh.core < p ? 2 * stepCost(in, sh.fold, n) + n * g : 0;
-      for (const StepLoad& l : sh.pairSteps) tt += stepCost(in, l, n) + n * g;
+      double tt = sh.core < p ? streamedStep(in, sh.fold, n, 1) + streamedStep(in, sh.fold, n, 0) : 0;
+      for (const StepLoad& l : sh.pairSteps) tt += streamedStep(in, l, n, 1);
       c.seconds = tt;
       break;
     }
     case AlgoId::Rabenseifner: {
-      double tt = sh.core < p ? 2 * stepCost(in, sh.fold, n) + n * g : 0;
+      double tt = sh.core < p ? streamedStep(in, sh.fold, n, 1) + streamedStep(in, sh.fold, n, 0) : 0;
       // Halving starts with the farthest partner and half the vector (doubling ends there).
       double part = n;
       for (auto l = sh.pairSteps.rbegin(); l != sh.pairSteps.rend(); ++l) {
         part /= 2;
-        tt += 2 * stepCost(in, *l, part) + part * g;
+        tt += streamedStep(in, *l, part, 1) + streamedStep(in, *l, part, 0);
       }
       c.seconds = tt;
       break;
@@ -313,7 +399,9 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
         const int d = sh.torus.d[i];
         if (d <= 1) continue;
         // Two half-size rings in opposite directions.
-        tt += 2.0 * (d - 1) * stepCost(in, sh.torusDims[i], part / d / 2) + (d - 1) * (part / d) * g;
+        const double f = sh.torusInterFraction[i];
+        tt += streamedSteps(in, d - 1, sh.torusDims[i], f, part / d / 2, 2) +
+              streamedSteps(in, d - 1, sh.torusDims[i], f, part / d / 2, 0);
         part /= d;
       }
       c.seconds = tt;
@@ -323,17 +411,25 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
     case AlgoId::Hierarchical: {
       const int64_t L = sh.maxLocal;
       const double m = n / static_cast<double>(L);
-      const double intra = L > 1 ? 2.0 * (L - 1) * (in.intraHost.alpha + m * in.intraHost.beta) + (L - 1) * m * g : 0;
+      const StepLoad ringInHost{1, 0};
+      const double intra = streamedSteps(in, static_cast<double>(L - 1), ringInHost, 0, m, 1) +
+                           streamedSteps(in, static_cast<double>(L - 1), ringInHost, 0, m, 0);
       double best = -1;
       for (AlgoId x : {AlgoId::Ring, AlgoId::Tree, AlgoId::Torus, AlgoId::RecursiveDoubling, AlgoId::Rabenseifner}) {
         if (x == AlgoId::Torus && !sh.hostTorusOk) continue;
+        if (onlyInter != AlgoId::Hierarchical && x != onlyInter) continue;
         uint64_t slice = 0;
-        const double tx = interHostAllReduce(in, x, m, static_cast<int>(L), &slice);
+        // Every local rank runs its shard's inter-host phase at once: ranksPerNic of them per NIC.
+        const double tx = interHostAllReduce(in, x, m, sh.ranksPerNic, &slice);
         if (best < 0 || tx < best) {
           best = tx;
           c.options.interHost = x;
           c.sliceBytes = slice;
         }
+      }
+      if (best < 0) {
+        c.seconds = -1;
+        return c;
       }
       if (c.options.interHost == AlgoId::Torus) c.options.torus = sh.hostTorus;
       c.seconds = intra + best;
@@ -341,7 +437,7 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n) {
     }
     default: break;
   }
-  c.seconds *= implementationFactor(algo);
+  if (in.implementationFactors) c.seconds *= implementationFactor(algo);
   return c;
 }
 
@@ -518,7 +614,7 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
         }
         c.seconds += p * n * g;  // the final rotation
       } else if (algo == AlgoId::Hierarchical) {
-        c.seconds = (H - 1) * (in.interHost.alpha + L * n * in.interHost.beta) +
+        c.seconds = (H - 1) * (in.interHost.alpha + sh.ranksPerNic * n * in.interHost.beta) +
                     (L - 1) * (in.intraHost.alpha + H * n * in.intraHost.beta);
       }
       break;
@@ -527,12 +623,16 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
         c.seconds = (p - 1) * (stepCost(in, sh.ring, n) + n * g);
       } else if (algo == AlgoId::Hierarchical) {
         c.seconds = (L - 1) * (in.intraHost.alpha + H * n * (in.intraHost.beta + g)) +
-                    (H - 1) * (in.interHost.alpha + L * n * in.interHost.beta + n * g);
+                    (H - 1) * (in.interHost.alpha + sh.ranksPerNic * n * in.interHost.beta + n * g);
       }
       break;
-    case CollKind::AlltoAll:
-      c.seconds = (p - 1) * stepCost(in, sh.ring, n);
+    case CollKind::AlltoAll: {
+      // Pairwise round k sends r -> r + k: past the first rounds every rank of a host sends
+      // across at once, ranksPerNic of them through each NIC.
+      const StepLoad round{L > 1 ? 1 : 0, H > 1 ? static_cast<double>(sh.ranksPerNic) : 0.0};
+      c.seconds = (p - 1) * stepCost(in, round, n);
       break;
+    }
     case CollKind::Gather:
     case CollKind::Scatter:
       c.seconds = (p - 1) * (slow.alpha + n * slow.beta);
@@ -551,6 +651,10 @@ double predictRing(const PlannerInputs& in, uint64_t bytes) {
 
 double predictDirect(const PlannerInputs& in, uint64_t bytes) {
   return predictAllReduce(in, AlgoId::Direct, static_cast<double>(bytes)).seconds;
+}
+
+Candidate predictHierarchicalAllReduce(const PlannerInputs& in, AlgoId interHost, uint64_t bytes) {
+  return predictAllReduce(in, AlgoId::Hierarchical, static_cast<double>(bytes), interHost);
 }
 
 void finalizePlannerInputs(PlannerInputs* in) {

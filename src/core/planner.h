@@ -15,7 +15,8 @@ namespace coll {
 
 // Cost of moving a message over one link class: alpha seconds per message, beta seconds per byte.
 // Intra-host: one hop between two ranks of a host, whatever the transport does (two copies through
-// a shared-memory FIFO). Inter-host: one host's network link, shared by all ranks of that host.
+// a shared-memory FIFO). Inter-host: one network link (NIC); PlannerInputs::nicsPerHost says how
+// many a host has and so how many of its ranks share one.
 struct LinkCost {
   double alpha = 0;
   double beta = 0;
@@ -28,18 +29,20 @@ inline constexpr double kDefaultGamma = 1.0 / 8.0e9;
 
 // How one round of simultaneous transfers (each rank sends to at most a few partners) loads the
 // links: the most transfers one rank makes inside its host, and the most transfers leaving (or
-// entering) one host, which share that host's network link.
+// entering) through one NIC, which share its bandwidth.
 struct StepLoad {
   int32_t intraPerRank = 0;
-  double interPerHost = 0;
+  double interPerNic = 0;
 };
 
 // What the model needs of the communicator's shape, derived once by finalizePlannerInputs.
 struct PlannerShape {
   int32_t maxLocal = 1;
+  int32_t ranksPerNic = 1;             // the most ranks of a host that share one NIC
   bool uniformBlocks = false;
   bool hierPossible = false;           // > 1 host and some host with > 1 rank
   StepLoad ring;                       // flat ring in rank order (also chains and ring all-gather)
+  double ringInterFraction = 0;        // share of the ring's hops that cross hosts
   int32_t core = 1;                    // recursive doubling/halving: p' = largest power of two <= p
   StepLoad fold;                       // the first 2(p - p') ranks pairing up (p' < p)
   std::vector<StepLoad> pairSteps;     // step k: core members at distance 2^k
@@ -49,6 +52,7 @@ struct PlannerShape {
   bool torusOk = false;                // a grid with >= 2 dims > 1, or dims forced and valid
   TorusDims torus;
   std::vector<StepLoad> torusDims;     // per dimension: both directions of its rings
+  std::vector<double> torusInterFraction;  // per dimension: share of its hops that cross hosts
   std::string torusProblem;            // why torus cannot apply
   TorusDims hostTorus;                 // hierarchical's inter-host torus (over hosts)
   bool hostTorusOk = false;
@@ -74,8 +78,19 @@ struct PlannerInputs {
   bool haveWindows = false;      // shared windows exist (all local ranks share memory)
   uint64_t windowHalfBytes = 0;  // per rank
   LinkCost intraHost = kDefaultIntraLink;
-  LinkCost interHost = kDefaultInterLink;  // per host link
+  LinkCost interHost = kDefaultInterLink;  // per NIC
+  // NICs per host (COLL_LINK_NICS_PER_HOST): inter-host traffic of local rank i leaves through NIC
+  // i * nics / ranks-on-host. 1 = one link shared by all of a host's ranks (what the probe sees
+  // on an emulated cluster); 0 = one per rank (a NIC per accelerator, as GPU clusters are built).
+  int32_t nicsPerHost = 1;
   double gamma = kDefaultGamma;            // seconds per byte of local reduction or memory pass
+  // Scale predictions by how much slower than the model each implementation ran on the machine
+  // it was calibrated on (planner.cc); false = the pure model (what-if tables for other clusters).
+  bool implementationFactors = true;
+  // Whether a rank's reductions run alongside its transfers (GPU kernels, NIC DMA: the schedule
+  // model's assumption) or take the same CPU time the copies do (host buffers on CPU cores, as
+  // the emulated cluster that calibrated the factors above): All-Reduce rounds then add them.
+  bool reductionOverlaps = false;
   std::string forcedAlgo;        // COLL_ALGO ("" = choose)
   std::string torusDims;         // COLL_TORUS_DIMS ("" = derived)
   uint64_t directMaxBytes = 0;   // COLL_DIRECT_MAX_BYTES (0 = window bound)
@@ -148,5 +163,8 @@ const char* dataTypeName(collDataType_t dtype);
 // Kept for tests and tools: the All-Reduce predictions of two algorithms.
 double predictRing(const PlannerInputs& in, uint64_t bytes);
 double predictDirect(const PlannerInputs& in, uint64_t bytes);
+// Hierarchical All-Reduce with a fixed inter-host algorithm (tools comparing against schedules).
+// seconds < 0 when that algorithm does not apply (torus over hosts that form no grid).
+Candidate predictHierarchicalAllReduce(const PlannerInputs& in, AlgoId interHost, uint64_t bytes);
 
 }  // namespace coll

@@ -49,6 +49,11 @@ struct Fixture {
     in.torusDims = dims;
     finalizePlannerInputs(&in);
   }
+  // NICs per host (0 = one per rank); re-derives the shape, as the communicator would.
+  void nics(int32_t n) {
+    in.nicsPerHost = n;
+    finalizePlannerInputs(&in);
+  }
   void links(const Links& l) {
     in.intraHost = l.intra;
     in.interHost = l.inter;
@@ -93,6 +98,9 @@ TEST(Planner, ChoiceIsTheModelsArgminOverAGrid) {
       if (perHost > p) continue;
       const bool oneHost = perHost == 0;
       Fixture f(p, oneHost ? p : perHost, oneHost);
+      // One NIC shared by a host's ranks, and one per rank.
+      for (int32_t nics : {1, 0}) {
+      f.nics(nics);
       for (const Links& l : kLinkSets) {
         f.links(l);
         for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 8) {
@@ -118,9 +126,77 @@ TEST(Planner, ChoiceIsTheModelsArgminOverAGrid) {
           }
         }
       }
+      }
     }
   }
-  EXPECT_GT(checked, 10000);
+  EXPECT_GT(checked, 20000);
+}
+
+// Inter-host bandwidth is per NIC: how many a host has decides what its ranks share.
+TEST(Planner, NicsPerHostDecideWhatCrossingRanksShare) {
+  Fixture f(16, 4, true);  // 4 hosts of 4
+  f.links(kLinkSets[2]);
+  f.in.implementationFactors = false;
+  const uint64_t big = 256ull << 20;
+  auto predict = [&](AlgoId a) { return predictAlgo(f.in, CollKind::AllReduce, a, big).seconds; };
+  f.nics(1);
+  EXPECT_EQ(f.in.shape.ranksPerNic, 4);
+  const double treeShared = predict(AlgoId::Tree), hierShared = predict(AlgoId::Hierarchical);
+  const double rdShared = predict(AlgoId::RecursiveDoubling), ringShared = predict(AlgoId::Ring);
+  f.nics(0);
+  EXPECT_EQ(f.in.shape.ranksPerNic, 1);
+  // Only a host's first rank crosses hosts in the tree: one NIC either way.
+  EXPECT_DOUBLE_EQ(predict(AlgoId::Tree), treeShared);
+  // A rank-order ring crosses each host boundary once: one flow per NIC either way.
+  EXPECT_DOUBLE_EQ(predict(AlgoId::Ring), ringShared);
+  // Hierarchical runs one inter-host phase per local rank: with a NIC each, they stop sharing.
+  EXPECT_LT(predict(AlgoId::Hierarchical), hierShared * 0.6);
+  // Recursive doubling's far steps send every rank of a host across at once.
+  EXPECT_LT(predict(AlgoId::RecursiveDoubling), rdShared * 0.7);
+  f.nics(2);
+  EXPECT_EQ(f.in.shape.ranksPerNic, 2);
+  const double hierTwo = predict(AlgoId::Hierarchical);
+  f.nics(0);
+  EXPECT_LT(predict(AlgoId::Hierarchical), hierTwo);
+  f.nics(2);
+  EXPECT_LT(hierTwo, hierShared);
+  // More NICs than ranks: one per rank.
+  f.nics(64);
+  EXPECT_EQ(f.in.shape.ranksPerNic, 1);
+}
+
+// Issue 4's cluster (8 per node; 1 us, 200 GB/s inside; 5 us, 50 GB/s per rank across), pure model.
+TEST(Planner, PerRankNicsMakeHierarchicalTheChoiceForLargeCallsAt102400Ranks) {
+  Fixture f(102400, 8, true);
+  f.links(Links{"issue4", {1e-6, 1 / 200e9}, {5e-6, 1 / 50e9}, 1 / 200e9});
+  f.in.implementationFactors = false;
+  f.nics(0);
+  for (bool overlap : {true, false}) {
+    f.in.reductionOverlaps = overlap;
+    for (uint64_t bytes : {64ull << 20, 1ull << 30}) {
+      PlanChoice c;
+      ASSERT_TRUE(planAllReduce(f.in, floats(bytes / 4), &c).ok());
+      EXPECT_EQ(c.algo, AlgoId::Hierarchical) << bytes << ": " << describeChoice(c.algo, c.options, c.sliceBytes);
+      EXPECT_LT(c.predictedSeconds, predictAlgo(f.in, CollKind::AllReduce, AlgoId::Tree, bytes).seconds / 1.5) << bytes;
+    }
+  }
+  // The same bandwidth as one shared link per host (8 x 50 GB/s): the flat tree's host leader
+  // alone gets all of it while hierarchical's eight shards split it, so the tree wins there.
+  f.in.interHost.beta = 1 / 400e9;
+  f.nics(1);
+  PlanChoice shared;
+  ASSERT_TRUE(planAllReduce(f.in, floats(1 << 28), &shared).ok());
+  EXPECT_EQ(shared.algo, AlgoId::Tree) << describeChoice(shared.algo, shared.options, shared.sliceBytes);
+}
+
+TEST(Planner, ImplementationFactorsCanBeTurnedOff) {
+  Fixture f(8, 4, true);
+  f.links(kLinkSets[1]);
+  const double withFactors = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds;
+  const double ringWith = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Ring, 16 << 20).seconds;
+  f.in.implementationFactors = false;
+  EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds * 1.5, withFactors);
+  EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Ring, 16 << 20).seconds, ringWith);
 }
 
 TEST(Planner, EveryCandidateIsListedAndTheChoiceIsItsMinimum) {
@@ -462,7 +538,8 @@ TEST(PlannerComm, BadKnobsFailCommunicatorCreationWithTheirName) {
     const char* value;
   };
   for (Case k : {Case{"COLL_ALGO", "allreduce:hier"}, Case{"COLL_ALGO", "allreduce:bogus"},
-                 Case{"COLL_LINK_INTRA_ALPHA_US", "fast"}, Case{"COLL_LINK_INTER_GBPS", "-1"}}) {
+                 Case{"COLL_LINK_INTRA_ALPHA_US", "fast"}, Case{"COLL_LINK_INTER_GBPS", "-1"},
+                 Case{"COLL_LINK_NICS_PER_HOST", "-2"}}) {
     ScopedEnv env(k.knob, k.value);
     for (const auto& [res, msg] : initAll(3)) {
       EXPECT_EQ(res, collInvalidUsage) << k.knob << "=" << k.value;
