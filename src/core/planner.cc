@@ -201,10 +201,18 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
   }
 }
 
+// Bytes the busiest member of a double binary tree over n members moves per byte of the call, per
+// direction: an interior node forwards its tree's half to two children and the other tree's
+// half up, 2n in all; with two members each tree is a root and a leaf, so each link direction
+// carries the call once.
+double treeBusyFactor(int64_t members) { return members > 2 ? 2.0 : 1.0; }
+
 double stepCost(const PlannerInputs& in, const StepLoad& l, double bytes) {
   double t = 0;
   if (l.intraPerRank > 0) t = in.intraHost.alpha + l.intraPerRank * bytes * in.intraHost.beta;
-  if (l.interPerNic > 0) t = std::max(t, in.interHost.alpha + l.interPerNic * bytes * in.interHost.beta);
+  // A NIC carries its messages one after another: their per-message cost as well as their bytes
+  // (on a shared host link, k ranks crossing at once pay k alphas).
+  if (l.interPerNic > 0) t = std::max(t, l.interPerNic * (in.interHost.alpha + bytes * in.interHost.beta));
   return t;
 }
 
@@ -254,7 +262,9 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   const double ports = std::max(l.intraPerRank * chunk * in.intraHost.beta, l.interPerNic * chunk * in.interHost.beta);
   const double busy = in.reductionOverlaps ? std::max(ports, reduce * chunk * g) : ports + reduce * chunk * g;
   const double f = interFraction;
-  const double hop = (1 - f) * (in.intraHost.alpha + s * in.intraHost.beta) + f * (in.interHost.alpha + s * in.interHost.beta);
+  const double nicMessages = std::max(1.0, l.interPerNic);  // serialised on one NIC, as in stepCost
+  const double hop = (1 - f) * (in.intraHost.alpha + s * in.intraHost.beta) +
+                     f * (nicMessages * in.interHost.alpha + s * in.interHost.beta);
   return steps * std::max(busy, hop + s * g);
 }
 
@@ -280,8 +290,11 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
       // Double binary tree over the hosts: a busy member sends and receives twice each chunk.
       const int depth = 2 * log2Floor(h);
       return streamedPipeline(
-          in, m, [&](double s) { return depth * (a + s * b) + depth / 2 * s * g; },
-          [&](double s) { return in.reductionOverlaps ? std::max(2 * s * b * flows, s * g) : 2 * s * b * flows + s * g; },
+          in, m, [&](double s) { return depth * (flows * a + s * b) + depth / 2 * s * g; },
+          [&](double s) {
+            const double ports = treeBusyFactor(h) * s * b * flows;
+            return in.reductionOverlaps ? std::max(ports, s * g) : ports + s * g;
+          },
           slice);
     }
     case AlgoId::RecursiveDoubling: {
@@ -369,7 +382,7 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, AlgoI
                    static_cast<double>(treeHops + chainHops) * s * g;
           },
           [&](double s) {
-            double ports = 2 * s * l.beta;
+            double ports = treeBusyFactor(hosts ? t.nhosts : t.nranks) * s * l.beta;
             if (chainHops > 0) ports = std::max(ports, 2 * s * in.intraHost.beta);
             return in.reductionOverlaps ? std::max(ports, s * g) : ports + s * g;
           },
@@ -614,7 +627,7 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
         }
         c.seconds += p * n * g;  // the final rotation
       } else if (algo == AlgoId::Hierarchical) {
-        c.seconds = (H - 1) * (in.interHost.alpha + sh.ranksPerNic * n * in.interHost.beta) +
+        c.seconds = (H - 1) * sh.ranksPerNic * (in.interHost.alpha + n * in.interHost.beta) +
                     (L - 1) * (in.intraHost.alpha + H * n * in.intraHost.beta);
       }
       break;
@@ -623,7 +636,7 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
         c.seconds = (p - 1) * (stepCost(in, sh.ring, n) + n * g);
       } else if (algo == AlgoId::Hierarchical) {
         c.seconds = (L - 1) * (in.intraHost.alpha + H * n * (in.intraHost.beta + g)) +
-                    (H - 1) * (in.interHost.alpha + sh.ranksPerNic * n * in.interHost.beta + n * g);
+                    (H - 1) * (sh.ranksPerNic * (in.interHost.alpha + n * in.interHost.beta) + n * g);
       }
       break;
     case CollKind::AlltoAll: {
