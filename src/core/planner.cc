@@ -207,12 +207,19 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
 // carries the call once.
 double treeBusyFactor(int64_t members) { return members > 2 ? 2.0 : 1.0; }
 
+// A shared NIC handles the messages of the ranks crossing through it one after another: k ranks
+// sending at once pay k alphas (their per-message cost, as well as their bytes). One rank's own
+// concurrent messages (both directions of a torus ring) overlap, as on a NIC of its own.
+double nicMessages(const PlannerInputs& in, const StepLoad& l) {
+  return std::max(1.0, std::min(l.interPerNic, static_cast<double>(in.shape.ranksPerNic)));
+}
+
 double stepCost(const PlannerInputs& in, const StepLoad& l, double bytes) {
   double t = 0;
   if (l.intraPerRank > 0) t = in.intraHost.alpha + l.intraPerRank * bytes * in.intraHost.beta;
-  // A NIC carries its messages one after another: their per-message cost as well as their bytes
-  // (on a shared host link, k ranks crossing at once pay k alphas).
-  if (l.interPerNic > 0) t = std::max(t, l.interPerNic * (in.interHost.alpha + bytes * in.interHost.beta));
+  if (l.interPerNic > 0) {
+    t = std::max(t, nicMessages(in, l) * in.interHost.alpha + l.interPerNic * bytes * in.interHost.beta);
+  }
   return t;
 }
 
@@ -262,9 +269,8 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   const double ports = std::max(l.intraPerRank * chunk * in.intraHost.beta, l.interPerNic * chunk * in.interHost.beta);
   const double busy = in.reductionOverlaps ? std::max(ports, reduce * chunk * g) : ports + reduce * chunk * g;
   const double f = interFraction;
-  const double nicMessages = std::max(1.0, l.interPerNic);  // serialised on one NIC, as in stepCost
   const double hop = (1 - f) * (in.intraHost.alpha + s * in.intraHost.beta) +
-                     f * (nicMessages * in.interHost.alpha + s * in.interHost.beta);
+                     f * (nicMessages(in, l) * in.interHost.alpha + s * in.interHost.beta);
   return steps * std::max(busy, hop + s * g);
 }
 
