@@ -193,8 +193,11 @@ Status validateCall(Comm& comm, const CollArgs& a) {
   if (a.kind != CollKind::Barrier) {
     COLL_TRY(validateType(a.dtype));
     if (reduces(a.kind)) {
-      if (static_cast<int>(a.op) < 0) return makeError(collInvalidArgument, "%s: invalid reduction op %d", what, a.op);
-      if (a.op >= collNumOps) COLL_TRY(comm.checkUserOp(a.op, a.dtype));
+      // Read as an integer: a caller's out-of-range value is not a valid enum value to load.
+      int op = 0;
+      memcpy(&op, &a.op, sizeof(op));
+      if (op < 0) return makeError(collInvalidArgument, "%s: invalid reduction op %d", what, op);
+      if (op >= collNumOps) COLL_TRY(comm.checkUserOp(a.op, a.dtype));
     }
   }
   if (a.kind == CollKind::Broadcast || a.kind == CollKind::Reduce || a.kind == CollKind::Gather ||

@@ -635,11 +635,39 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
            a.op == calls[0].op;
   };
   if (asyncError_.load() != collSuccess || !fusable(calls[0]) || !fusable(calls[1])) return collective(calls[0]);
+  // Fused parts run concurrently, so a call whose buffers depend on an earlier one's (it reads
+  // what that one writes, or writes what it reads or writes) ends the prefix: order is kept.
+  const uint64_t p = static_cast<uint64_t>(topo_.nranks);
+  auto span = [&](const CollArgs& a, bool send) {
+    uint64_t elems = a.count;
+    switch (a.kind) {
+      case CollKind::AllGather:
+      case CollKind::Gather: elems = send ? a.count : a.count * p; break;
+      case CollKind::ReduceScatter:
+      case CollKind::Scatter: elems = send ? a.count * p : a.count; break;
+      case CollKind::AlltoAll: elems = a.count * p; break;
+      default: break;
+    }
+    const auto* base = static_cast<const std::byte*>(send ? a.sendbuff : a.recvbuff);
+    return std::make_pair(base, base + elems * dataTypeSize(a.dtype));
+  };
+  auto overlap = [](std::pair<const std::byte*, const std::byte*> x, std::pair<const std::byte*, const std::byte*> y) {
+    return x.first != nullptr && y.first != nullptr && x.first < y.second && y.first < x.second;
+  };
+  auto dependsOnEarlier = [&](size_t k) {
+    for (size_t j = 0; j < k; ++j) {
+      if (overlap(span(calls[k], false), span(calls[j], false)) || overlap(span(calls[k], false), span(calls[j], true)) ||
+          overlap(span(calls[k], true), span(calls[j], false))) {
+        return true;
+      }
+    }
+    return false;
+  };
   HostWindows* w = windows();
   fused_.clear();
   fusedBuffers_.clear();
   size_t k = 0;
-  for (; k < n && fusable(calls[k]); ++k) {
+  for (; k < n && fusable(calls[k]) && !dependsOnEarlier(k); ++k) {
     PlanChoice choice;
     COLL_TRY(planCollective(plannerInputs_, calls[k], &choice));
     if (choice.roundElems != 0) break;
