@@ -67,6 +67,19 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
                      "COLL_TRANSPORT=shm but the ranks are on %d hosts; shared memory only reaches ranks on one host",
                      topo_.nhosts);
   }
+  {
+    // Refuse a COLL_ALGO that cannot run here before anything shared exists: a rank failing later
+    // gets its job killed by launchers, and peers killed half-way through creating shared memory
+    // leave its names behind.
+    PlannerInputs early;
+    early.topo = &topo_;
+    early.haveWindows = forced_ != TransportKind::Tcp;
+    early.windowHalfBytes = shmOptionsFromConfig().windowHalfBytes;
+    early.forcedAlgo = knobString("COLL_ALGO");
+    early.torusDims = knobString("COLL_TORUS_DIMS");
+    finalizePlannerInputs(&early);
+    COLL_TRY(checkForcedAlgo(early));
+  }
   if (forced_ != TransportKind::Tcp) {
     ShmOptions shmOptions = shmOptionsFromConfig();
     COLL_TRY(ShmHost::create(*bootstrap_, topo_, shmOptions, deadline, &shm_).withContext("shared memory setup"));
