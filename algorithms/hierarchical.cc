@@ -263,6 +263,28 @@ void buildHierarchicalAllReduce(const Topology& topo, const CollArgs& args, cons
   s.finalizePeers();
 }
 
+// Where this rank sits among uniform block hosts.
+struct BlockPlace {
+  int32_t nhosts = 0, perHost = 0;
+  int32_t h = 0, l = 0;  // host, local index
+};
+
+// The start the uniform-host builders share: names the schedule, and returns true when the plan
+// is already complete (one rank, or nothing to move); otherwise fills `place`.
+bool beginBlockHosts(const Topology& topo, const CollArgs& args, collRedOp_t op, Schedule* s, BlockPlace* place) {
+  s->begin("hier", args.dtype, op, static_cast<uint64_t>(topo.nranks));
+  if (planAlone(topo, args.count, s)) return true;
+  if (args.count == 0) {
+    s->finalizePeers();
+    return true;
+  }
+  place->nhosts = topo.nhosts;
+  place->perHost = topo.nranks / topo.nhosts;
+  place->h = topo.rank / place->perHost;
+  place->l = topo.rank % place->perHost;
+  return false;
+}
+
 void buildHierarchicalReduceScatter(const Topology& topo, const CollArgs& args, Schedule* out) {
   if (!uniformBlockHosts(topo)) {
     assert(!"hierarchical reduce-scatter needs uniform block hosts");
@@ -270,16 +292,11 @@ void buildHierarchicalReduceScatter(const Topology& topo, const CollArgs& args, 
     return;
   }
   Schedule& s = *out;
-  s.begin("hier", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
-  if (planAlone(topo, args.count, &s)) return;
+  BlockPlace place;
+  if (beginBlockHosts(topo, args, args.op, &s, &place)) return;
   const uint64_t count = args.count;
-  if (count == 0) {
-    s.finalizePeers();
-    return;
-  }
   const uint64_t blk = count * dataTypeSize(args.dtype);
-  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
-  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  const int32_t nhosts = place.nhosts, perHost = place.perHost, h = place.h, l = place.l;
   // Block j of the input (the part rank j receives) sits at j * blk. Scratch holds the partial
   // sums in rotating slots (three, as the flat ring: two would do, a third lets a reduction run
   // a step ahead of the slowest send) and this rank's host-reduced blocks between the stages.
@@ -339,16 +356,11 @@ void buildHierarchicalAllGather(const Topology& topo, const CollArgs& args, Sche
     return;
   }
   Schedule& s = *out;
-  s.begin("hier", args.dtype, collSum);
-  if (planAlone(topo, args.count, &s)) return;
+  BlockPlace place;
+  if (beginBlockHosts(topo, args, collSum, &s, &place)) return;
   const uint64_t count = args.count;
-  if (count == 0) {
-    s.finalizePeers();
-    return;
-  }
   const uint64_t blk = count * dataTypeSize(args.dtype);
-  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
-  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  const int32_t nhosts = place.nhosts, perHost = place.perHost, h = place.h, l = place.l;
   // Own block; in place the send buffer is recv block r and the executor skips the copy. Sends
   // of the own block read the input, so nothing waits for the copy.
   Step own;
@@ -386,15 +398,10 @@ void buildHierarchicalBroadcast(const Topology& topo, const CollArgs& args, Sche
     return;
   }
   Schedule& s = *out;
-  s.begin("hier", args.dtype, collSum);
-  if (planAlone(topo, args.count, &s)) return;
+  BlockPlace place;
+  if (beginBlockHosts(topo, args, collSum, &s, &place)) return;
   const uint64_t count = args.count;
-  if (count == 0) {
-    s.finalizePeers();
-    return;
-  }
-  const int32_t nhosts = topo.nhosts, perHost = topo.nranks / nhosts;
-  const int32_t h = topo.rank / perHost, l = topo.rank % perHost;
+  const int32_t nhosts = place.nhosts, perHost = place.perHost, h = place.h, l = place.l;
   const int32_t rootHost = args.root / perHost, rootLocal = args.root % perHost;
   const bool root = topo.rank == args.root;
   // Pipelined chains, slices streaming through every rank: across hosts among the ranks with

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/coll_args.h"
 #include "exec/schedule.h"
 #include "kernels/reduce.h"
 
@@ -83,5 +84,24 @@ inline double expectedValue(collDataType_t t, collRedOp_t op, int p, uint64_t i)
   if (t == collFloat64) return acc / p;
   return static_cast<double>(static_cast<float>(acc) / static_cast<float>(p));
 }
+
+// NCCL's buffer sizes per collective (elements; count as CollKind defines it).
+inline uint64_t sendElems(CollKind k, int p, uint64_t c) {
+  return (k == CollKind::ReduceScatter || k == CollKind::AlltoAll || k == CollKind::Scatter) ? p * c : c;
+}
+inline uint64_t recvElems(CollKind k, int p, uint64_t c) {
+  return (k == CollKind::AllGather || k == CollKind::AlltoAll || k == CollKind::Gather) ? p * c : c;
+}
+
+// Data-moving collectives are byte exact whatever the type: inputs are a byte pattern of
+// (rank, byte), and every other byte of every buffer (guards of kGuard bytes either side
+// included) starts as a different pattern.
+inline std::byte dataByte(int r, uint64_t b) {
+  return static_cast<std::byte>((r * 97 + b * 31 + (b >> 8) * 7 + 1) & 0xff);
+}
+inline std::byte fillByte(int r, int alloc, uint64_t b) {
+  return static_cast<std::byte>((r * 13 + b * 29 + alloc * 101 + 0x5a) & 0xff);
+}
+inline constexpr uint64_t kGuard = 16;
 
 }  // namespace coll::testutil

@@ -73,12 +73,6 @@ void build(Algo a, const Topology& topo, const CollArgs& args, Schedule* s) {
 }
 
 // Elements of each buffer (NCCL's per-collective counts).
-uint64_t sendElems(CollKind k, int p, uint64_t c) {
-  return (k == CollKind::ReduceScatter || k == CollKind::AlltoAll || k == CollKind::Scatter) ? p * c : c;
-}
-uint64_t recvElems(CollKind k, int p, uint64_t c) {
-  return (k == CollKind::AllGather || k == CollKind::AlltoAll || k == CollKind::Gather) ? p * c : c;
-}
 
 const collDataType_t kAllTypes[] = {collInt8,   collUint8,    collInt32,      collUint32,
                                     collInt64,  collUint64,   collFloat16,    collFloat32,
@@ -88,17 +82,14 @@ using testutil::inputValue;
 using testutil::isFloat;
 using testutil::isUnsigned;
 using testutil::storeValue;
+using testutil::dataByte;
+using testutil::fillByte;
+using testutil::kGuard;
+using testutil::recvElems;
+using testutil::sendElems;
 constexpr auto& kReduceTypes = testutil::kExactReduceTypes;
 constexpr auto& kOps = testutil::kBuiltinOps;
 
-// Data-moving collectives are byte exact whatever the type: inputs are a byte pattern of
-// (rank, byte), and every other byte of every buffer starts as a different pattern.
-std::byte dataByte(int r, uint64_t b) { return static_cast<std::byte>((r * 97 + b * 31 + (b >> 8) * 7 + 1) & 0xff); }
-std::byte fillByte(int r, int alloc, uint64_t b) {
-  return static_cast<std::byte>((r * 13 + b * 29 + alloc * 101 + 0x5a) & 0xff);
-}
-
-constexpr uint64_t kGuard = 16;
 
 struct Case {
   Algo algo;

@@ -24,17 +24,15 @@ using testutil::inputValue;
 using testutil::storeValue;
 constexpr auto& kTypes = testutil::kExactReduceTypes;
 constexpr auto& kOps = testutil::kBuiltinOps;
-constexpr uint64_t kGuard = 16;
+using testutil::dataByte;
+using testutil::fillByte;
+using testutil::kGuard;
+using testutil::recvElems;
+using testutil::sendElems;
 
 using Builder = std::function<void(const Topology&, const CollArgs&, Schedule*)>;
 
 bool reduces(CollKind k) { return k == CollKind::AllReduce || k == CollKind::ReduceScatter; }
-uint64_t sendElems(CollKind k, int p, uint64_t c) { return k == CollKind::ReduceScatter ? p * c : c; }
-uint64_t recvElems(CollKind k, int p, uint64_t c) { return k == CollKind::AllGather ? p * c : c; }
-std::byte dataByte(int r, uint64_t b) { return static_cast<std::byte>((r * 97 + b * 31 + (b >> 8) * 7 + 1) & 0xff); }
-std::byte fillByte(int r, int alloc, uint64_t b) {
-  return static_cast<std::byte>((r * 13 + b * 29 + alloc * 101 + 0x5a) & 0xff);
-}
 
 // Hosts of `sizes[h]` ranks each, in blocks.
 std::vector<int32_t> blockLayout(const std::vector<int32_t>& sizes) {
