@@ -32,7 +32,7 @@ constexpr uint32_t kRegMagic = 0x47524c43;     // "CLRG"
 constexpr uint32_t kRegVersion = 1;
 constexpr uint32_t kHelloMagic = 0x4c484c43;   // "CLHL"
 constexpr size_t kAddrWire = 24;
-constexpr size_t kEntryWire = kAddrWire + 16;  // address, hostHash, pid, reserved
+constexpr size_t kEntryWire = kAddrWire + 16;  // address, hostHash, pid, netMask
 constexpr size_t kRegWire = 24 + kEntryWire;
 constexpr size_t kHelloWire = 20;
 constexpr int kHandshakeMs = 5000;      // a connection must authenticate and say hello by then
@@ -124,7 +124,7 @@ void putEntry(uint8_t* p, const PeerInfo& info) {
   putAddress(p, info.address);
   put64(p + kAddrWire, info.hostHash);
   put32(p + kAddrWire + 8, static_cast<uint32_t>(info.pid));
-  put32(p + kAddrWire + 12, 0);
+  put32(p + kAddrWire + 12, info.netMask);
 }
 
 bool getEntry(const uint8_t* p, PeerInfo* out) {
@@ -132,6 +132,7 @@ bool getEntry(const uint8_t* p, PeerInfo* out) {
   if (!getAddress(p, &info.address)) return false;
   info.hostHash = get64(p + kAddrWire);
   info.pid = static_cast<int32_t>(get32(p + kAddrWire + 8));
+  info.netMask = get32(p + kAddrWire + 12);
   *out = info;
   return true;
 }
@@ -285,7 +286,7 @@ class BootstrapImpl final : public Bootstrap {
   const PeerInfo& peer(int rank) const override { return peers_[rank]; }
   uint64_t commHash() const override { return commHash_; }
 
-  Status init(uint64_t hostHash, Deadline deadline);
+  Status init(uint64_t hostHash, uint32_t netMask, Deadline deadline);
 
   Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "send"));
@@ -511,7 +512,7 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
   cv_.notify_all();
 }
 
-Status BootstrapImpl::init(uint64_t hostHash, Deadline deadline) {
+Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadline) {
   // Where to listen: COLL_SOCKET_IFNAME wins; a root on loopback means a single-host job;
   // otherwise the selected interface, preferring the root's address family.
   NetInterface ni;
@@ -532,6 +533,7 @@ Status BootstrapImpl::init(uint64_t hostHash, Deadline deadline) {
   me.address = myAddress_;
   me.hostHash = hostHash;
   me.pid = static_cast<int32_t>(getpid());
+  me.netMask = netMask;
   {
     const std::string root = id_.root.toString();
     auto ctx = [&](const char* what) {
@@ -686,6 +688,11 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
 
 Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash,
                          Deadline deadline, std::unique_ptr<Bootstrap>* out) {
+  return create(id, rank, nranks, hostHash, 0, deadline, out);
+}
+
+Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
+                         Deadline deadline, std::unique_ptr<Bootstrap>* out) {
   if (nranks < 1 || nranks > kBootstrapMaxRanks) {
     return makeError(collInvalidArgument, "nranks %d is outside 1..%d", nranks, kBootstrapMaxRanks);
   }
@@ -695,7 +702,7 @@ Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t 
   UniqueIdContents contents;
   COLL_TRY(decodeUniqueId(id, &contents));
   auto b = std::make_unique<BootstrapImpl>(rank, nranks, contents);
-  COLL_TRY(b->init(hostHash, deadline));
+  COLL_TRY(b->init(hostHash, netMask, deadline));
   *out = std::move(b);
   return okStatus();
 }

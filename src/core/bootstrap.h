@@ -47,12 +47,16 @@ struct PeerInfo {
   SocketAddress address;  // the rank's listener (bootstrap messages and data connections)
   uint64_t hostHash = 0;
   int32_t pid = 0;
+  uint32_t netMask = 0;  // inter-host transports this rank can use (transports/net.h netBit)
 };
 
 class Bootstrap {
  public:
   // Rendezvous: registers with the root, receives the rank table, starts the listener thread.
   static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash,
+                       Deadline deadline, std::unique_ptr<Bootstrap>* out);
+  // As above, publishing this rank's netMask in the rank table.
+  static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
                        Deadline deadline, std::unique_ptr<Bootstrap>* out);
   virtual ~Bootstrap() = default;
 

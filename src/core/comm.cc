@@ -13,8 +13,8 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "kernels/reduce.h"
+#include "transports/net.h"
 #include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
 
 namespace coll {
 
@@ -23,7 +23,7 @@ Comm::~Comm() {
   // Connections first (they may reference shared memory), then the host segments, then the
   // bootstrap (its listener thread).
   connections_.clear();
-  tcpConnections_.clear();
+  net_.reset();
   shm_.reset();
   bootstrap_.reset();
 }
@@ -42,18 +42,17 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   name_ = config.commName;
   Deadline deadline = Deadline::afterMs(timeoutMs_);
 
-  std::string forced = knobString("COLL_TRANSPORT");
+  // COLL_TRANSPORT names one transport for every peer; shm is special (no net at all).
+  const std::string forced = knobString("COLL_TRANSPORT");
+  NetKind ignored;
   if (forced == "shm") forced_ = TransportKind::Shm;
-  else if (forced == "tcp") forced_ = TransportKind::Tcp;
+  else if (netKindFromName(forced, &ignored)) forced_ = TransportKind::Net;
   else if (!forced.empty())
-    return makeError(collInvalidUsage, "COLL_TRANSPORT=%s is not a transport (known: shm, tcp)", forced.c_str());
-  if (!config.netName.empty() && config.netName != "tcp" && config.netName != "socket") {
-    return makeError(collInvalidArgument,
-                     "config.netName=%s is not available in this build (available: tcp)", config.netName.c_str());
-  }
+    return makeError(collInvalidUsage, "COLL_TRANSPORT=%s is not a transport (known: shm, tcp, ucx, ib)", forced.c_str());
+  const uint32_t netMask = probeNetAvailability(&netUnavailable_);
 
   const std::string identity = localHostIdentity();
-  COLL_TRY(Bootstrap::create(id, rank, nranks, hashHostIdentity(identity), deadline, &bootstrap_)
+  COLL_TRY(Bootstrap::create(id, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_)
                .withContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": bootstrap"));
 
   std::vector<uint64_t> hashes(nranks);
@@ -73,14 +72,15 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     // leave its names behind.
     PlannerInputs early;
     early.topo = &topo_;
-    early.haveWindows = forced_ != TransportKind::Tcp;
+    early.haveWindows = forced_ != TransportKind::Net;
     early.windowHalfBytes = shmOptionsFromConfig().windowHalfBytes;
     early.forcedAlgo = knobString("COLL_ALGO");
     early.torusDims = knobString("COLL_TORUS_DIMS");
     finalizePlannerInputs(&early);
     COLL_TRY(checkForcedAlgo(early));
   }
-  if (forced_ != TransportKind::Tcp) {
+  COLL_TRY(chooseNet());
+  if (forced_ != TransportKind::Net) {
     ShmOptions shmOptions = shmOptionsFromConfig();
     COLL_TRY(ShmHost::create(*bootstrap_, topo_, shmOptions, deadline, &shm_).withContext("shared memory setup"));
   }
@@ -90,6 +90,55 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   checkCalls_ = knobBool("COLL_CHECK");
 
   COLL_TRY(setupPlanner());
+  return okStatus();
+}
+
+Status Comm::chooseNet() {
+  if (forced_ == TransportKind::Shm) return okStatus();
+  // Precedence: COLL_TRANSPORT (every peer), then COLL_NET, then the config's netName, then the
+  // best transport that every rank published as available.
+  std::string source, wanted = knobString("COLL_TRANSPORT");
+  if (!wanted.empty()) source = "COLL_TRANSPORT";
+  else if (!(wanted = knobString("COLL_NET")).empty()) source = "COLL_NET";
+  else if (!config_.netName.empty()) source = "config.netName", wanted = config_.netName;
+  uint32_t everyone = ~0u;
+  int lacking[kNetKinds] = {-1, -1, -1};  // a rank without each transport, for the error
+  for (int r = 0; r < topo_.nranks; ++r) {
+    const uint32_t m = bootstrap_->peer(r).netMask;
+    everyone &= m;
+    for (int k = 0; k < kNetKinds; ++k)
+      if (!(m & (1u << k)) && lacking[k] < 0) lacking[k] = r;
+  }
+  NetKind kind = NetKind::Tcp;
+  if (!source.empty()) {
+    if (!netKindFromName(wanted, &kind)) {
+      return makeError(collInvalidUsage, "%s=%s is not a transport between hosts (known: ib, ucx, tcp)",
+                       source.c_str(), wanted.c_str());
+    }
+    const int missing = lacking[static_cast<int>(kind)];
+    if (missing >= 0) {
+      if (missing == rank()) {
+        return makeError(collInvalidUsage, "%s=%s, but this rank cannot use it: %s", source.c_str(), wanted.c_str(),
+                         netUnavailable_.c_str());
+      }
+      return makeError(collInvalidUsage, "%s=%s, but rank %d (%s) cannot use it (its log says why)", source.c_str(),
+                       wanted.c_str(), missing, bootstrap_->peer(missing).address.toString().c_str());
+    }
+  } else {
+    const uint32_t candidates = automaticNetMask(everyone);
+    for (int k = 0; k < kNetKinds; ++k) {
+      if (candidates & (1u << k)) {
+        kind = static_cast<NetKind>(k);
+        break;
+      }
+    }
+  }
+  COLL_TRY(createNet(kind, *bootstrap_, &net_).withContext(std::string("creating the ") + netKindName(kind) +
+                                                            " transport"));
+  if (rank() == 0 && (topo_.nhosts > 1 || forced_ == TransportKind::Net)) {
+    COLL_INFO(rank(), "transport between hosts: %s (%s)", net_->describe().c_str(),
+              source.empty() ? "automatic: the best one every rank has" : source.c_str());
+  }
   return okStatus();
 }
 
@@ -297,11 +346,13 @@ Status Comm::connection(int peer, Connection** out) {
       COLL_TRY(shm_->connection(peer, &slot));
       COLL_INFO(rank(), "connected to rank %d over shm", peer);
     } else {
-      COLL_TRY(connectTcp(*bootstrap_, peer, tcpOptionsFromConfig(), callDeadline(), &slot)
+      const char* via = netKindName(net_->kind());
+      COLL_TRY(net_->connect(peer, callDeadline(), &slot)
                    .withContext("connecting to rank " + std::to_string(peer) + " (" +
-                                bootstrap_->peer(peer).address.toString() + ") over tcp"));
-      tcpConnections_.push_back(slot.get());
-      COLL_INFO(rank(), "connected to rank %d (%s) over tcp", peer, bootstrap_->peer(peer).address.toString().c_str());
+                                bootstrap_->peer(peer).address.toString() + ") over " + via));
+      netUsed_ = true;
+      COLL_INFO(rank(), "connected to rank %d (%s) over %s", peer, bootstrap_->peer(peer).address.toString().c_str(),
+                via);
     }
   }
   *out = slot.get();
@@ -310,28 +361,29 @@ Status Comm::connection(int peer, Connection** out) {
 
 HostWindows* Comm::windows() { return shm_.get(); }
 
-uint64_t Comm::prepareWait() { return shm_ ? shm_->prepareWait(!tcpConnections_.empty()) : 0; }
+uint64_t Comm::prepareWait() { return shm_ ? shm_->prepareWait(netUsed_) : 0; }
 
 void Comm::wait(uint64_t token, int maxMs) {
-  if (tcpConnections_.empty()) {
+  if (!netUsed_) {
     if (shm_) shm_->wait(token, maxMs);
     return;
   }
-  // Sockets and futexes cannot be waited on together: local peers wake us through the shared
-  // memory's wake socket, polled with the TCP sockets (without one, poll briefly).
+  // Descriptors and futexes cannot be waited on together: local peers wake us through the shared
+  // memory's wake socket, polled with the transport's descriptors (without one, poll briefly).
   thread_local std::vector<pollfd> fds;
   fds.clear();
-  for (Connection* c : tcpConnections_) static_cast<TcpConnection*>(c)->appendPollFds(&fds);
   int timeout = maxMs;
+  if (!net_->prepareSleep(&fds)) timeout = 0;
   if (shm_ && topo_.localSize() > 1) {
     if (shm_->wakeFd() >= 0) {
       fds.push_back(pollfd{shm_->wakeFd(), POLLIN, 0});
       if (shm_->doorbellMoved(token)) timeout = 0;
     } else {
-      timeout = std::min(maxMs, 1);
+      timeout = std::min(timeout, 1);
     }
   }
   (void)::poll(fds.data(), fds.size(), timeout);
+  net_->finishSleep();
   if (shm_) shm_->finishSocketWait();
 }
 

@@ -30,7 +30,7 @@
 namespace coll {
 
 class ShmHost;
-class TcpConnectionBase;
+class NetTransport;
 
 struct CommConfig {
   int64_t timeoutMs = 0;  // 0 = COLL_TIMEOUT
@@ -136,14 +136,20 @@ class Comm final : public Links {
   void progressLoop();
   void stopProgressThread();
 
-  enum class TransportKind { Auto, Shm, Tcp };
+  // COLL_TRANSPORT: Auto (shm on the host, net_ between hosts), Shm (every peer; one host only) or
+  // Net (net_ for every peer, the same host included).
+  enum class TransportKind { Auto, Shm, Net };
+  // Picks net_ (COLL_TRANSPORT, COLL_NET, config.netName, the ranks' published availability).
+  Status chooseNet();
 
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topo_;
   std::unique_ptr<ShmHost> shm_;
   TransportKind forced_ = TransportKind::Auto;
   std::vector<std::unique_ptr<Connection>> connections_;  // by peer rank, lazily made
-  std::vector<Connection*> tcpConnections_;                // the ones that need poll() to sleep
+  std::unique_ptr<NetTransport> net_;                      // between hosts (or everywhere when forced)
+  bool netUsed_ = false;                                   // a connection of net_ exists: sleep in poll()
+  std::string netUnavailable_;                             // why this rank lacks ucx / ib (for errors)
   PlannerInputs plannerInputs_;
   int64_t timeoutMs_ = 0;
   std::string name_;

@@ -1,0 +1,52 @@
+// The verbs test double: an in-tree emulation of the verbs calls the ib transport uses
+// (transports/ib/verbs_api.h), with reliable-connected semantics between processes, for testing
+// the transport where no RDMA device exists (this machine, CI). It is linked only into tests and
+// installed with setVerbsApiForTesting(&verbsTestDouble()); the library always links the real
+// libibverbs. It enforces what real HCAs enforce (see tests/ib_double/README.md):
+//  - memory registration: lkey/rkey, access flags, bounds; a local SGE outside its region is a
+//    local protection error, an RDMA write outside the remote region or without
+//    IBV_ACCESS_REMOTE_WRITE is a remote access error (the sender's completion IBV_WC_REM_ACCESS_ERR,
+//    both QPs to the error state);
+//  - RC QP state machine RESET -> INIT -> RTR -> RTS with the attribute masks libibverbs requires
+//    (EINVAL otherwise); posting in the wrong state fails; the error state flushes outstanding work
+//    requests with IBV_WC_WR_FLUSH_ERR;
+//  - IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM (consumes a posted receive at the target;
+//    none posted: receiver-not-ready, retried rnr_retry times, then IBV_WC_RNR_RETRY_EXC_ERR),
+//    IBV_WR_SEND / IBV_WR_SEND_WITH_IMM, delivered in order per QP; completions in order per QP;
+//  - send-queue depth (max_send_wr: ENOMEM when full), receive-queue depth, CQ depth (a CQ that
+//    overflows is an error: IBV_EVENT_CQ_ERR async event and the QPs using it go to error),
+//    max_inline_data (IBV_SEND_INLINE above it: EINVAL), unsignaled completions
+//    (sq_sig_all = 0 without IBV_SEND_SIGNALED: no completion, the slot freed by a later
+//    signaled one);
+//  - completion channels and async events with pollable file descriptors.
+#pragma once
+
+#include <cstdint>
+
+#include "transports/ib/verbs_api.h"
+
+namespace coll::testing {
+
+// The double's table (one emulated device per process: "verbsdouble0", port 1, RoCE v2 GIDs).
+const VerbsApi& verbsTestDouble();
+
+struct VerbsDoubleOptions {
+  int devices = 1;           // emulated devices per process ("verbsdouble0", "verbsdouble1", ...)
+  bool portActive = true;    // false: ports report IBV_PORT_DOWN
+  uint32_t maxInlineData = 220;
+  int maxQpWr = 4096;        // device limits reported by queryDevice and enforced at create
+  int maxCqe = 65536;
+};
+// Applies to devices opened after the call.
+void configureVerbsDouble(const VerbsDoubleOptions& options);
+
+// Injected faults, for the error-path tests. Each applies to this process's double from now on.
+enum class VerbsFault {
+  None,
+  FailNextSend,        // the next posted send work request completes with IBV_WC_RETRY_EXC_ERR
+  RemoteAccessError,   // the next RDMA write is answered as if outside the target's region
+  PortDown,            // every port of this process goes down: IBV_EVENT_PORT_ERR, QPs to error
+};
+void injectVerbsFault(VerbsFault fault);
+
+}  // namespace coll::testing

@@ -1,0 +1,82 @@
+// Inter-host transport selection: names, availability probes and the factory (see net.h). The
+// ucx and ib factories are compiled only where their libraries were found; otherwise the stubs
+// here say so.
+#include "transports/net.h"
+
+#include "core/config.h"
+
+namespace coll {
+
+const char* netKindName(NetKind kind) {
+  switch (kind) {
+    case NetKind::Ib: return "ib";
+    case NetKind::Ucx: return "ucx";
+    case NetKind::Tcp: return "tcp";
+  }
+  return "?";
+}
+
+bool netKindFromName(const std::string& name, NetKind* out) {
+  if (name == "ib") *out = NetKind::Ib;
+  else if (name == "ucx") *out = NetKind::Ucx;
+  else if (name == "tcp" || name == "socket") *out = NetKind::Tcp;
+  else return false;
+  return true;
+}
+
+namespace {
+bool ucxHasRdma = false;  // set by probeNetAvailability, read by automaticNetMask
+}  // namespace
+
+uint32_t probeNetAvailability(std::string* why) {
+  uint32_t mask = netBit(NetKind::Tcp);
+  std::string reason;
+  if (ibAvailable(&reason)) mask |= netBit(NetKind::Ib);
+  else if (why) *why += "ib: " + reason + "\n";
+  reason.clear();
+  bool rdma = false;
+  if (ucxAvailable(&rdma, &reason)) mask |= netBit(NetKind::Ucx);
+  else if (why) *why += "ucx: " + reason + "\n";
+  ucxHasRdma = rdma;
+  return mask;
+}
+
+uint32_t automaticNetMask(uint32_t available) {
+  // UCX over plain sockets brings nothing over our own tcp transport; it is chosen automatically
+  // only where it drives an RDMA device.
+  uint32_t mask = available;
+  if (!ucxHasRdma) mask &= ~netBit(NetKind::Ucx);
+  return mask;
+}
+
+Status createNet(NetKind kind, Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
+  switch (kind) {
+    case NetKind::Ib: return createIbNet(bootstrap, out);
+    case NetKind::Ucx: return createUcxNet(bootstrap, out);
+    case NetKind::Tcp: return createTcpNet(bootstrap, out);
+  }
+  return makeError(collInternalError, "unknown transport %u", static_cast<unsigned>(kind));
+}
+
+#if !COLL_HAVE_UCX
+bool ucxAvailable(bool* hasRdma, std::string* why) {
+  *hasRdma = false;
+  *why = "not built (UCX was not found at configure time: install libucx-dev and rebuild)";
+  return false;
+}
+Status createUcxNet(Bootstrap&, std::unique_ptr<NetTransport>*) {
+  return makeError(collInvalidUsage, "the ucx transport is not in this build (install libucx-dev and rebuild)");
+}
+#endif
+
+#if !COLL_HAVE_IBVERBS
+bool ibAvailable(std::string* why) {
+  *why = "not built (libibverbs was not found at configure time: install libibverbs-dev and rebuild)";
+  return false;
+}
+Status createIbNet(Bootstrap&, std::unique_ptr<NetTransport>*) {
+  return makeError(collInvalidUsage, "the ib transport is not in this build (install libibverbs-dev and rebuild)");
+}
+#endif
+
+}  // namespace coll

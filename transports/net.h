@@ -1,0 +1,68 @@
+// Inter-host transports (tcp, ucx, ib): what a communicator needs to reach ranks on other hosts.
+// One NetTransport per communicator, chosen once at creation (COLL_NET / COLL_TRANSPORT); it makes
+// Connections (transport.h) to peers lazily and tells the communicator how to sleep on it.
+#pragma once
+
+#include <poll.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/deadline.h"
+#include "core/status.h"
+#include "transports/transport.h"
+
+namespace coll {
+
+// In order of preference for COLL_NET's automatic choice (the best one every rank has).
+enum class NetKind : uint32_t { Ib = 0, Ucx = 1, Tcp = 2 };
+constexpr int kNetKinds = 3;
+constexpr uint32_t netBit(NetKind kind) { return 1u << static_cast<uint32_t>(kind); }
+const char* netKindName(NetKind kind);  // "ib", "ucx", "tcp"
+// "ib", "ucx", "tcp" (and "socket", NCCL's name for tcp); false for anything else.
+bool netKindFromName(const std::string& name, NetKind* out);
+
+class NetTransport {
+ public:
+  virtual ~NetTransport() = default;
+  virtual NetKind kind() const = 0;
+  // For logs: the transport and what it runs on ("ucx 1.13.1 (tls: tcp,sm)", "ib mlx5_0:1 RoCE v2").
+  virtual std::string describe() const = 0;
+
+  // Both ranks of a pair call this when they first need each other (each from its own executor,
+  // in any order relative to other pairs); they agree through bootstrap messages and data sockets
+  // with tags in the transport's own range. Returns a ready connection or an error naming the
+  // peer; never waits past `deadline`.
+  virtual Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) = 0;
+
+  // The communicator's sleep, for connections of this transport: adds the descriptors that become
+  // readable when a connection may progress (sockets, a UCX worker's event fd, a completion
+  // channel) and arms their notification. Returns false when progress is already possible, so the
+  // caller polls again instead of sleeping. After poll() returns, the caller calls finishSleep().
+  virtual bool prepareSleep(std::vector<pollfd>* fds) = 0;
+  virtual void finishSleep() {}
+};
+
+// Availability on this process, probed before the bootstrap (each rank publishes its mask in the
+// rank table, so every rank picks the same transport without another exchange). tcp is always
+// available; ucx when built with UCX and a UCP context initialises (an automatic choice only when
+// it has an RDMA-capable transport); ib when built with libibverbs and an active port exists.
+// `why` collects a line per unavailable transport, for the error when COLL_NET names one.
+uint32_t probeNetAvailability(std::string* why);
+// The transports COLL_NET's automatic choice may pick (a subset of the available ones).
+uint32_t automaticNetMask(uint32_t available);
+
+// Factories (ucx and ib exist only in builds that have them; the others return an error).
+Status createTcpNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
+Status createUcxNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
+Status createIbNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
+Status createNet(NetKind kind, Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
+
+// Per-transport probes used by probeNetAvailability (same build conditions as the factories).
+bool ucxAvailable(bool* hasRdma, std::string* why);
+bool ibAvailable(std::string* why);
+
+}  // namespace coll

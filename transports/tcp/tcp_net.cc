@@ -1,0 +1,42 @@
+// The tcp NetTransport: TCP connections made through the bootstrap (tcp_connect.cc), and the
+// communicator's sleep on their sockets.
+#include "transports/net.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace coll {
+
+namespace {
+
+class TcpNet final : public NetTransport {
+ public:
+  explicit TcpNet(Bootstrap& bootstrap) : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {}
+  NetKind kind() const override { return NetKind::Tcp; }
+  std::string describe() const override {
+    return "tcp (" + std::to_string(options_.streams) + " socket(s) per peer)";
+  }
+  Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override {
+    std::unique_ptr<Connection> conn;
+    COLL_TRY(connectTcp(bootstrap_, peer, options_, deadline, &conn));
+    connections_.push_back(static_cast<TcpConnection*>(conn.get()));
+    *out = std::move(conn);
+    return okStatus();
+  }
+  bool prepareSleep(std::vector<pollfd>* fds) override {
+    for (const TcpConnection* c : connections_) c->appendPollFds(fds);
+    return true;
+  }
+
+ private:
+  Bootstrap& bootstrap_;
+  TcpOptions options_;
+  std::vector<TcpConnection*> connections_;  // owned by the communicator, which outlives none of them
+};
+
+}  // namespace
+
+Status createTcpNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
+  *out = std::make_unique<TcpNet>(bootstrap);
+  return okStatus();
+}
+
+}  // namespace coll
