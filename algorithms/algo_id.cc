@@ -16,6 +16,7 @@ const char* algoName(AlgoId algo) {
     case AlgoId::Rabenseifner: return "rabenseifner";
     case AlgoId::Torus: return "torus";
     case AlgoId::Hierarchical: return "hier";
+    case AlgoId::TwoShot: return "twoshot";
   }
   return "?";
 }

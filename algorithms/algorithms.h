@@ -26,8 +26,9 @@ enum class AlgoId : uint8_t {
   Rabenseifner,       // All-Reduce, medium: recursive-halving reduce-scatter + recursive-doubling all-gather
   Torus,              // All-Reduce over a 2D/3D grid, bidirectional rings per dimension
   Hierarchical,       // reduce-scatter inside each host, across hosts per shard, all-gather inside
+  TwoShot,            // compressed All-Reduce: quantized all-to-all reduce-scatter + all-gather
 };
-inline constexpr int kAlgoCount = 11;
+inline constexpr int kAlgoCount = 12;
 const char* algoName(AlgoId algo);
 // Parses algoName()'s spelling; false if unknown.
 bool algoFromName(const std::string& name, AlgoId* out);
@@ -61,6 +62,14 @@ inline bool planAlone(const Topology& topo, uint64_t count, Schedule* s) {
   s->finalizePeers();
   return true;
 }
+
+// Compressed All-Reduce, "two-shot" (issue 6): every rank quantizes each other rank's shard once
+// (error feedback from the Residual buffer) and sends it to the shard's owner; the owner
+// dequantizes and sums in float32 (its own shard at full precision), averages for collAvg, adds
+// its residual, requantizes once and sends the result to every rank; every rank, the owner
+// included, dequantizes the same bytes, so results are bit-identical everywhere. Shards are
+// multiples of `blockSize` elements. Sum or avg of float32, float16 or bfloat16.
+void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out);
 
 // Pipelined ring All-Reduce over all ranks: reduce-scatter then all-gather, p-1 steps each, with
 // per-slice dependencies so a chunk moves on as soon as a slice has been reduced. collAvg

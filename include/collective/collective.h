@@ -173,6 +173,45 @@ COLL_API collResult_t collRecv(void* recvbuff, size_t count, collDataType_t data
 /* Returns when every rank has entered the barrier. */
 COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream);
 
+/* Compressed All-Reduce (4-bit gradient compression). Each element is quantized at most twice,
+ * whatever the rank count: every rank quantizes each other rank's shard once for its owner, the
+ * owner sums in float32 and requantizes once, and every rank (the owner too) dequantizes the same
+ * bytes, so all ranks end with bit-identical results. Format: symmetric int4 (-7..+7), one bfloat16
+ * scale per block of blockSize elements (4.25 bits per element at 64). Sum or avg of float32,
+ * float16 or bfloat16. Start from COLL_COMPRESSION_INITIALIZER. */
+typedef enum { collCompressInt4 = 0 } collCompressionKind_t;
+typedef enum { collRoundNearest = 0, collRoundStochastic = 1 } collRounding_t;
+typedef struct collCompression_v1 {
+  size_t size;                 /* sizeof(collCompression_t): later versions may append fields */
+  collCompressionKind_t kind;  /* int4 (room for 8-bit later) */
+  int blockSize;               /* 32, 64, 128 or 256; 0 = 64 */
+  collRounding_t rounding;     /* nearest (ties to even) or stochastic */
+  unsigned long long seed;     /* stochastic rounding: the generator key (same on every rank) */
+  unsigned long long step;     /* stochastic rounding: the training step (a new draw per step) */
+  size_t minBytes;             /* tensors smaller than this go uncompressed; 0 = COLL_COMPRESS_MIN_BYTES */
+} collCompression_t;
+#define COLL_COMPRESSION_INITIALIZER \
+  { sizeof(collCompression_t), collCompressInt4, 64, collRoundNearest, 0ull, 0ull, 0 }
+/* residual: NULL, or count floats owned by the caller (zero them before the first step) for error
+ * feedback: the library adds it to this rank's contribution before quantizing and stores what
+ * quantization lost. A call below minBytes runs uncompressed and leaves residual unchanged. */
+COLL_API collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
+                                              collDataType_t datatype, collRedOp_t op,
+                                              const collCompression_t* cfg, void* residual, collComm_t comm,
+                                              collStream_t stream);
+
+/* Traffic of one rank of a communicator since its creation: bytes handed to transports for peers
+ * (shared-memory FIFOs and network connections; the one-host direct algorithm's shared windows are
+ * not counted), and how much of it compressed calls sent. */
+typedef struct {
+  unsigned long long wireBytes;             /* everything this rank sent to peers */
+  unsigned long long compressedWireBytes;   /* of which by compressed calls */
+  unsigned long long compressedInputBytes;  /* those calls' tensors uncompressed (count x type size) */
+  unsigned long long compressedCalls;       /* compressed calls run compressed */
+  unsigned long long uncompressedFallbacks; /* compressed calls below minBytes, run uncompressed */
+} collCommStats_t;
+COLL_API collResult_t collCommGetStats(collComm_t comm, collCommStats_t* stats);
+
 /* PreMulSum: every rank's input is multiplied by *scalar (of `datatype`, read at creation: the
  * host residence) before the sum. The op is valid for `comm` until collRedOpDestroy. */
 typedef enum { collScalarDevice = 0, collScalarHostImmediate = 1 } collScalarResidence_t;

@@ -21,6 +21,7 @@
 #include "core/socket.h"
 #include "core/status.h"
 #include "core/stream.h"
+#include "kernels/quantize.h"
 #include "exec/schedule.h"
 #include "kernels/reduce.h"
 
@@ -461,6 +462,15 @@ collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* asyncError) {
   return collSuccess;
 }
 
+collResult_t collCommGetStats(collComm_t comm, collCommStats_t* stats) {
+  if (stats == nullptr) return report(makeError(collInvalidArgument, "stats is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *stats = c->stats();
+  return collSuccess;
+}
+
 collResult_t collCommCount(const collComm_t comm, int* count) {
   if (count == nullptr) return report(makeError(collInvalidArgument, "count is NULL"));
   Comm* c = nullptr;
@@ -504,6 +514,76 @@ collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, c
   CollArgs a;
   a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
   a.dtype = datatype, a.op = op;
+  return submit(comm, a, stream);
+}
+
+namespace {
+
+// The compression settings of a collAllReduceCompressed call, checked (nothing is touched before).
+Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* residual,
+                     CollArgs::Compression* out) {
+  if (cfg == nullptr) return makeError(collInvalidArgument, "collAllReduceCompressed: cfg is NULL");
+  // Read what the caller's struct version has: fields past its size keep their defaults.
+  collCompression_t c = COLL_COMPRESSION_INITIALIZER;
+  if (cfg->size < offsetof(collCompression_t, minBytes) || cfg->size > sizeof(collCompression_t)) {
+    return makeError(collInvalidArgument,
+                     "collAllReduceCompressed: cfg->size is %zu; start from COLL_COMPRESSION_INITIALIZER", cfg->size);
+  }
+  memcpy(&c, cfg, cfg->size);
+  int kind = 0, rounding = 0, op = 0;
+  memcpy(&kind, &c.kind, sizeof(kind));
+  memcpy(&rounding, &c.rounding, sizeof(rounding));
+  memcpy(&op, &a.op, sizeof(op));
+  if (kind != collCompressInt4) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: compression kind %d is not supported (int4 is)", kind);
+  }
+  const int block = c.blockSize == 0 ? 64 : c.blockSize;
+  if (!kernels::validQuantBlockSize(block)) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: blockSize %d is not 32, 64, 128 or 256", c.blockSize);
+  }
+  if (rounding != collRoundNearest && rounding != collRoundStochastic) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: rounding %d is neither nearest nor stochastic",
+                     rounding);
+  }
+  if (op != collSum && op != collAvg) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: op %d; compression supports sum and avg", op);
+  }
+  if (a.dtype != collFloat32 && a.dtype != collFloat16 && a.dtype != collBfloat16) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: datatype %d; compression takes float32, float16 "
+                     "or bfloat16", static_cast<int>(a.dtype));
+  }
+  if (residual != nullptr) {
+    if (reinterpret_cast<uintptr_t>(residual) % alignof(float) != 0) {
+      return makeError(collInvalidArgument, "collAllReduceCompressed: residual is not aligned for float");
+    }
+    const auto* r = static_cast<const std::byte*>(residual);
+    const uint64_t rb = a.count * sizeof(float), ub = a.count * dataTypeSize(a.dtype);
+    for (const void* buf : {static_cast<const void*>(a.sendbuff), static_cast<const void*>(a.recvbuff)}) {
+      const auto* b = static_cast<const std::byte*>(buf);
+      if (b != nullptr && r < b + ub && b < r + rb) {
+        return makeError(collInvalidArgument, "collAllReduceCompressed: residual overlaps sendbuff or recvbuff");
+      }
+    }
+  }
+  out->blockSize = block;
+  out->stochastic = rounding == collRoundStochastic;
+  out->seed = c.seed;
+  out->step = c.step;
+  out->minBytes = c.minBytes != 0 ? c.minBytes : static_cast<uint64_t>(knobBytes("COLL_COMPRESS_MIN_BYTES"));
+  out->residual = static_cast<float*>(residual);
+  return okStatus();
+}
+
+}  // namespace
+
+collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                     collRedOp_t op, const collCompression_t* cfg, void* residual, collComm_t comm,
+                                     collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op;
+  Status s = compressionOf(cfg, a, residual, &a.compress);
+  if (!s.ok()) return report(s);
   return submit(comm, a, stream);
 }
 

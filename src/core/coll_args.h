@@ -31,6 +31,15 @@ struct CollArgs {
   collRedOp_t op = collSum;
   int32_t root = -1;  // Broadcast, Reduce, Gather, Scatter
   int32_t peer = -1;  // Send, Recv
+  // Compressed All-Reduce (collAllReduceCompressed): blockSize 0 = not compressed.
+  struct Compression {
+    int32_t blockSize = 0;
+    bool stochastic = false;
+    uint64_t seed = 0;
+    uint64_t step = 0;
+    uint64_t minBytes = 0;  // resolved: below it the call runs uncompressed
+    float* residual = nullptr;
+  } compress;
   bool inPlace() const { return sendbuff == recvbuff; }
 };
 

@@ -12,6 +12,7 @@
 #include "algorithms/algorithms.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "kernels/quantize.h"
 #include "kernels/reduce.h"
 #include "transports/net.h"
 #include "transports/shm/shm_transport.h"
@@ -22,6 +23,7 @@ Comm::~Comm() {
   stopProgressThread();
   // Connections first (they may reference shared memory), then the host segments, then the
   // bootstrap (its listener thread).
+  madeConnections_.clear();
   connections_.clear();
   net_.reset();
   shm_.reset();
@@ -229,7 +231,9 @@ Status Comm::setupPlanner() {
 }
 
 Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta) {
-  constexpr int kWarm = 2, kSmall = 8, kBig = 2;
+  // The smallest of many round trips: with more ranks than cores, peers' activity only ever adds
+  // to a sample, and the model wants the link's own latency.
+  constexpr int kWarm = 2, kSmall = 24, kBig = 2;
   std::vector<std::byte> big(peer >= 0 ? bigBytes : 0), small(8);
   // Ranks outside the pair run empty batches in step, so every rank's call count (which names
   // window halves and published progress) stays the same.
@@ -354,6 +358,7 @@ Status Comm::connection(int peer, Connection** out) {
       COLL_INFO(rank(), "connected to rank %d (%s) over %s", peer, bootstrap_->peer(peer).address.toString().c_str(),
                 via);
     }
+    madeConnections_.push_back(slot.get());
   }
   *out = slot.get();
   return okStatus();
@@ -453,6 +458,7 @@ void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* o
         case AlgoId::Rabenseifner: buildRabenseifnerAllReduce(topo_, args, out); break;
         case AlgoId::Torus: buildTorusAllReduce(topo_, args, choice.options.torus, out); break;
         case AlgoId::Hierarchical: buildHierarchicalAllReduce(topo_, args, choice.options, out); break;
+        case AlgoId::TwoShot: buildCompressedAllReduce(topo_, args, args.compress.blockSize, out); break;
         default: buildRingAllReduce(topo_, args, out, choice.options.channels); break;
       }
       break;
@@ -485,11 +491,57 @@ void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* o
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 
-Status Comm::runPlan(PlanEntry& plan, const void* send, void* recv) {
+Status Comm::runPlan(PlanEntry& plan, const CollArgs& args) {
   ++seq_;
-  ExecBuffers buffers{send, recv};
+  ExecBuffers buffers{args.sendbuff, args.recvbuff};
+  kernels::QuantParams quant;
+  if (args.compress.blockSize > 0) {
+    quant.blockSize = args.compress.blockSize;
+    quant.stochastic = args.compress.stochastic;
+    quant.seed = args.compress.seed;
+    quant.step = args.compress.step;
+    quant.rank = static_cast<uint32_t>(rank());
+    buffers.quant = &quant;
+    buffers.residual = args.compress.residual;
+  }
   COLL_TRY(plan.execution.start(plan.schedule, buffers, *this, seq_));
   return runToCompletion(plan.execution, *this, callDeadline(), waitPolicy_);
+}
+
+uint64_t Comm::wireBytes() const {
+  uint64_t sum = 0;
+  for (const Connection* c : madeConnections_) sum += c->sentBytes();
+  return sum;
+}
+
+Status Comm::compressedAllReduce(const CollArgs& args) {
+  const uint64_t bytes = args.count * dataTypeSize(args.dtype);
+  if (topo_.nranks == 1 || bytes < args.compress.minBytes) {
+    if (!loggedCompressFallback_ && rank() == 0) {
+      COLL_INFO(rank(), "compressed All-Reduce of %llu bytes runs uncompressed (below %llu bytes: the call's minBytes "
+                "or COLL_COMPRESS_MIN_BYTES; logged once)", static_cast<unsigned long long>(bytes),
+                static_cast<unsigned long long>(args.compress.minBytes));
+    }
+    loggedCompressFallback_ = true;
+    stats_.uncompressedFallbacks++;
+    CollArgs plain = args;
+    plain.compress = CollArgs::Compression{};
+    return collective(plain);
+  }
+  PlanChoice choice;
+  choice.algo = AlgoId::TwoShot;
+  const uint64_t before = wireBytes();
+  COLL_TRY(runChecked(args, choice));
+  stats_.compressedWireBytes += wireBytes() - before;
+  stats_.compressedInputBytes += bytes;
+  stats_.compressedCalls++;
+  return okStatus();
+}
+
+collCommStats_t Comm::stats() const {
+  collCommStats_t out = stats_;
+  out.wireBytes = wireBytes();
+  return out;
 }
 
 Status Comm::collective(const CollArgs& args) {
@@ -497,6 +549,7 @@ Status Comm::collective(const CollArgs& args) {
     return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
                      failureMessage_.c_str());
   }
+  if (args.compress.blockSize > 0) return compressedAllReduce(args);
   CollArgs call = args;
   double scalar = 1.0;
   if (preMulSumScalar(args.op, &scalar)) {
@@ -522,7 +575,7 @@ Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
   Status status;
   const size_t es = dataTypeSize(args.dtype);
   if (choice.roundElems == 0 || args.count <= choice.roundElems) {
-    status = runPlan(planFor(args, choice), args.sendbuff, args.recvbuff);
+    status = runPlan(planFor(args, choice), args);
   } else {
     // The algorithm's per-call memory is bounded (the direct window): run the call as rounds.
     for (uint64_t done = 0; done < args.count && status.ok(); done += choice.roundElems) {
@@ -530,7 +583,7 @@ Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
       round.count = std::min<uint64_t>(choice.roundElems, args.count - done);
       round.sendbuff = static_cast<const char*>(args.sendbuff) + done * es;
       round.recvbuff = static_cast<char*>(args.recvbuff) + done * es;
-      status = runPlan(planFor(round, choice), round.sendbuff, round.recvbuff);
+      status = runPlan(planFor(round, choice), round);
     }
   }
   if (!status.ok()) {
@@ -697,7 +750,7 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   *used = 1;
   auto fusable = [&](const CollArgs& a) {
     return a.kind != CollKind::Barrier && a.count > 0 && a.op < collNumOps && a.dtype == calls[0].dtype &&
-           a.op == calls[0].op;
+           a.op == calls[0].op && a.compress.blockSize == 0;
   };
   if (asyncError_.load() != collSuccess || !fusable(calls[0]) || !fusable(calls[1])) return collective(calls[0]);
   // Fused parts run concurrently, so a call whose buffers depend on an earlier one's (it reads

@@ -94,6 +94,8 @@ class Comm final : public Links {
   // First fatal error of this communicator (collSuccess while healthy).
   collResult_t asyncError() const { return asyncError_.load(); }
   const std::string& failureMessage() const { return failureMessage_; }
+  // collCommGetStats (read by the thread that issues calls, or after synchronizing the stream).
+  collCommStats_t stats() const;
 
   // Links (for the executor).
   int rank() const override { return topo_.rank; }
@@ -110,7 +112,10 @@ class Comm final : public Links {
   Status init(const collUniqueId& id, int nranks, int rank, const CommConfig& config);
   Deadline callDeadline() const { return Deadline::afterMs(timeoutMs_); }
   struct PlanEntry;
-  Status runPlan(PlanEntry& plan, const void* send, void* recv);
+  Status runPlan(PlanEntry& plan, const CollArgs& args);
+  // collAllReduceCompressed: the two-shot plan, or the plain All-Reduce below the size threshold.
+  Status compressedAllReduce(const CollArgs& args);
+  uint64_t wireBytes() const;
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice);
   void buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const;
@@ -147,6 +152,9 @@ class Comm final : public Links {
   std::unique_ptr<ShmHost> shm_;
   TransportKind forced_ = TransportKind::Auto;
   std::vector<std::unique_ptr<Connection>> connections_;  // by peer rank, lazily made
+  std::vector<Connection*> madeConnections_;               // the non-null entries of connections_
+  collCommStats_t stats_{};
+  bool loggedCompressFallback_ = false;
   std::unique_ptr<NetTransport> net_;                      // between hosts (or everywhere when forced)
   bool netUsed_ = false;                                   // a connection of net_ exists: sleep in poll()
   std::string netUnavailable_;                             // why this rank lacks ucx / ib (for errors)

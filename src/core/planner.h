@@ -152,6 +152,7 @@ struct PlanKey {
   int32_t torus[3];
   uint64_t sliceBytes;
   uint64_t reduceAllBelowBytes;
+  int32_t quantBlock;  // compressed calls
   bool operator==(const PlanKey&) const = default;
 };
 PlanKey planKeyOf(const CollArgs& args, const PlanChoice& choice);

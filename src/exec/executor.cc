@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "kernels/quantize.h"
 #include "kernels/reduce.h"
 
 namespace coll {
@@ -45,6 +46,10 @@ const char* stepKindName(StepKind k) {
     case StepKind::Copy: return "Copy";
     case StepKind::Reduce: return "Reduce";
     case StepKind::Divide: return "Divide";
+    case StepKind::Widen: return "Widen";
+    case StepKind::Quantize: return "Quantize";
+    case StepKind::Dequantize: return "Dequantize";
+    case StepKind::DequantAccumulate: return "DequantAccumulate";
   }
   return "?";
 }
@@ -68,6 +73,8 @@ std::byte* Execution::resolve(const BufRef& ref) const {
     case BufKind::Extra:
       // Checked against nextra in bind(): builders and the communicator agree on the count.
       return static_cast<std::byte*>(buffers_.extra[ref.owner]) + ref.offset;
+    case BufKind::Residual:
+      return buffers_.residual != nullptr ? reinterpret_cast<std::byte*>(buffers_.residual) + ref.offset : nullptr;
   }
   return nullptr;
 }
@@ -80,6 +87,10 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     prepared_ = &schedule;
     preparedVersion_ = schedule.version;
     preparedLinks_ = &links;
+  }
+  if (hasQuantSteps_ && buffers.quant == nullptr) {
+    return makeError(collInternalError, "rank %d: schedule '%s' quantizes but the call carries no compression parameters",
+                     rank_, schedule.algorithm);
   }
   if (buffers.nextra < extraNeeded_) {
     return makeError(collInternalError, "rank %d: schedule '%s' names %zu extra buffers, %zu given", rank_,
@@ -142,6 +153,7 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   scratch_.resize(schedule.scratchBytes);
   localSteps_.clear();
   extraNeeded_ = 0;
+  hasQuantSteps_ = false;
   countedSteps_ = 0;
   hasZeroCountPublish_ = false;
 
@@ -182,6 +194,15 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
                        rank_, i, schedule.algorithm);
     }
     maxSources = std::max<size_t>(maxSources, s.nsrcs);
+    if (s.kind >= StepKind::Widen) {
+      hasQuantSteps_ = true;
+      if (!kernels::validQuantBlockSize(schedule.quantBlock) ||
+          s.elems > s.count * static_cast<uint64_t>(schedule.quantBlock)) {
+        return makeError(collInternalError, "rank %d: step %zu of schedule '%s' quantizes with block %d over %" PRIu64
+                         " blocks / %" PRIu64 " elements", rank_, i, schedule.algorithm, schedule.quantBlock, s.count,
+                         s.elems);
+      }
+    }
     if (s.count > 0) countedSteps_++;
     if (s.count == 0 && s.publishSlot >= 0) hasZeroCountPublish_ = true;
   }
@@ -341,12 +362,14 @@ bool Execution::progressSend(int32_t index) {
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
   const std::byte* src = srcPtr_[index];
+  const size_t unit = unitOf(s);
+  const uint64_t sliceUnits = std::max<uint64_t>(1, sliceElems_ * es_ / unit);
   while (dn < limit) {
     auto space = c->sendSpace();
-    uint64_t n = std::min<uint64_t>({limit - dn, sliceElems_, space.size() / es_});
+    uint64_t n = std::min<uint64_t>({limit - dn, sliceUnits, space.size() / unit});
     if (n == 0) break;
-    memcpy(space.data(), src + dn * es_, n * es_);
-    c->sendCommit(n * es_);
+    memcpy(space.data(), src + dn * unit, n * unit);
+    c->sendCommit(n * unit);
     dn += n;
   }
   return recordProgress(index, dn) || moved;
@@ -363,17 +386,19 @@ bool Execution::progressRecv(int32_t index) {
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
   const bool reduce = s.kind == StepKind::RecvReduce;
+  const size_t unit = unitOf(s);
+  const uint64_t sliceUnits = std::max<uint64_t>(1, sliceElems_ * es_ / unit);
   while (dn < limit) {
     auto data = c->recvData();
-    uint64_t n = std::min<uint64_t>({limit - dn, sliceElems_, data.size() / es_});
+    uint64_t n = std::min<uint64_t>({limit - dn, sliceUnits, data.size() / unit});
     if (n == 0) break;
     if (reduce) {
       // Fused receive-reduce: the bytes are reduced where the transport left them, still in cache.
       kernels::reduce2(dst + dn * es_, src + dn * es_, data.data(), n, sc.dtype, sc.op);
     } else {
-      memcpy(dst + dn * es_, data.data(), n * es_);
+      memcpy(dst + dn * unit, data.data(), n * unit);
     }
-    c->recvConsume(n * es_);
+    c->recvConsume(n * unit);
     dn += n;
   }
   return recordProgress(index, dn) || moved;
@@ -387,8 +412,11 @@ bool Execution::progressLocal(int32_t index) {
   if (dn >= limit) return false;
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
+  const bool quantized = s.kind >= StepKind::Widen;
+  const uint64_t sliceUnits =
+      quantized ? std::max<uint64_t>(1, sliceElems_ / static_cast<uint64_t>(sc.quantBlock)) : sliceElems_;
   while (dn < limit) {
-    uint64_t n = std::min(limit - dn, sliceElems_);
+    uint64_t n = std::min(limit - dn, sliceUnits);
     switch (s.kind) {
       case StepKind::Copy:
         if (src != dst) memcpy(dst + dn * es_, src + dn * es_, n * es_);
@@ -402,6 +430,12 @@ bool Execution::progressLocal(int32_t index) {
       case StepKind::Divide:
         kernels::divide(dst + dn * es_, src + dn * es_, n, sc.dtype, sc.divisor);
         break;
+      case StepKind::Widen:
+      case StepKind::Quantize:
+      case StepKind::Dequantize:
+      case StepKind::DequantAccumulate:
+        runQuantSlice(s, dst, src, dn, n);
+        break;
       default:
         break;
     }
@@ -412,6 +446,40 @@ bool Execution::progressLocal(int32_t index) {
   }
   if (dn == s.count) completeStep(index);
   return true;
+}
+
+void Execution::runQuantSlice(const Step& s, std::byte* dst, const std::byte* src, uint64_t dn, uint64_t n) {
+  const Schedule& sc = *schedule_;
+  const uint64_t block = static_cast<uint64_t>(sc.quantBlock);
+  const uint64_t e0 = dn * block;  // first element of the slice
+  const uint64_t elems = std::min(n * block, s.elems - std::min(s.elems, e0));
+  const size_t record = kernels::quantRecordBytes(sc.quantBlock);
+  if (elems == 0) return;
+  switch (s.kind) {
+    case StepKind::Widen:
+      kernels::convertToFloat(reinterpret_cast<float*>(dst) + e0, src + e0 * es_, sc.dtype, elems);
+      break;
+    case StepKind::Quantize: {
+      const bool isFloat = (s.flags & kStepSrcFloat) != 0;
+      const std::byte* in = src + e0 * (isFloat ? sizeof(float) : es_);
+      if ((s.flags & kStepDivide) != 0 && sc.divisor > 1) {
+        // The owner's float32 sum, in scratch: averaged in place before quantizing.
+        kernels::divide(const_cast<std::byte*>(in), in, elems, collFloat32, sc.divisor);
+      }
+      std::byte* residual = resolve(s.aux);
+      kernels::quantize4(dst + dn * record, in, isFloat ? collFloat32 : sc.dtype, elems, *buffers_.quant,
+                         s.first + e0, residual != nullptr ? reinterpret_cast<float*>(residual) + e0 : nullptr);
+      break;
+    }
+    case StepKind::Dequantize:
+      kernels::dequantize4(dst + e0 * es_, sc.dtype, src + dn * record, elems, sc.quantBlock);
+      break;
+    case StepKind::DequantAccumulate:
+      kernels::dequantizeAccumulate4(reinterpret_cast<float*>(dst) + e0, src + dn * record, elems, sc.quantBlock);
+      break;
+    default:
+      break;
+  }
 }
 
 Status Execution::poll(bool* done, bool* progressed) {

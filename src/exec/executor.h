@@ -16,6 +16,10 @@
 #include "exec/schedule.h"
 #include "transports/transport.h"
 
+namespace coll::kernels {
+struct QuantParams;
+}
+
 namespace coll {
 
 struct ExecBuffers {
@@ -24,6 +28,9 @@ struct ExecBuffers {
   // BufKind::Extra buffers (grouped point-to-point calls); must outlive the execution.
   void* const* extra = nullptr;
   size_t nextra = 0;
+  // Compressed calls: rounding, seed and step of this call, and the error-feedback buffer.
+  const kernels::QuantParams* quant = nullptr;
+  float* residual = nullptr;
 };
 
 class Execution {
@@ -54,6 +61,9 @@ class Execution {
   bool progressSend(int32_t step);
   bool progressRecv(int32_t step);
   bool progressLocal(int32_t step);
+  // Quantized local steps: `n` blocks from block `dn` of step `s`.
+  void runQuantSlice(const Step& s, std::byte* dst, const std::byte* src, uint64_t dn, uint64_t n);
+  size_t unitOf(const Step& s) const { return s.unitBytes != 0 ? s.unitBytes : es_; }
   void completeStep(int32_t step);
   // Stores a step's new progress (publishing it where the step is published); false if none.
   bool recordProgress(int32_t step, uint64_t done);
@@ -99,6 +109,7 @@ class Execution {
   size_t countedSteps_ = 0;             // steps with count > 0
   size_t extraNeeded_ = 0;              // 1 + the largest BufKind::Extra index the schedule names
   bool hasZeroCountPublish_ = false;
+  bool hasQuantSteps_ = false;
 };
 
 // Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the

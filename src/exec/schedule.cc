@@ -38,6 +38,7 @@ void Schedule::clear() {
   publishSlots = 0;
   usesWindows = false;
   divisor = 1;
+  quantBlock = 0;
   sliceBytes = 0;
   algorithm = "";
   version++;
@@ -116,6 +117,7 @@ void Schedule::append(const Schedule& part, int32_t sendExtra, int32_t recvExtra
       case BufKind::Scratch: r.offset += scratchBase; return r;
       case BufKind::Window: r.offset += windowBase; return r;
       case BufKind::Extra: break;  // parts are single calls: they name no extra buffers
+      case BufKind::Residual: break;  // compressed calls are never fused
     }
     return r;
   };

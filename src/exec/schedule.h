@@ -18,6 +18,7 @@ enum class BufKind : uint8_t {
   Scratch,  // per-call scratch of Schedule::scratchBytes, owned by the executor
   Window,   // the host-shared window of local rank `owner` (current half; see HostWindows)
   Extra,    // user buffer number `owner` of ExecBuffers::extra (grouped point-to-point calls)
+  Residual, // the error-feedback buffer of a compressed call (float32 per element; may be absent)
 };
 
 struct BufRef {
@@ -33,7 +34,18 @@ enum class StepKind : uint8_t {
   Copy,        // dst = src, local
   Reduce,      // dst = op over the `nsrcs` spans srcs[srcBegin ..), in that order, local / windows
   Divide,      // dst = src / divisor (the average of collAvg), local
+  // 4-bit compression (src/kernels/quantize.h). Counts of these are in blocks of
+  // Schedule::quantBlock elements (Step::elems says how many elements, the last block may be
+  // partial); quantized data moves as Send/Recv steps of 8-byte units (Step::unitBytes).
+  Widen,              // float32 dst = src (schedule dtype), `elems` elements, counted in blocks
+  Quantize,           // dst records = quantize(src [/ divisor] + residual aux), residual updated
+  Dequantize,         // dst (schedule dtype) = dequantize(src records)
+  DequantAccumulate,  // float32 dst += dequantize(src records)
 };
+
+// Step::flags
+inline constexpr uint8_t kStepSrcFloat = 1;  // Quantize: src is float32 (not the schedule dtype)
+inline constexpr uint8_t kStepDivide = 2;    // Quantize: divide src by Schedule::divisor first (avg)
 
 // What a step waits for. The dependent step may process its element i only when the dependency
 // covers element `offset + i` (sliced) or is complete (whole). Dependencies are per slice: data
@@ -71,6 +83,11 @@ struct Step {
   uint32_t depBegin = 0;   // index into Schedule::deps
   uint32_t ndeps = 0;
   int32_t publishSlot = -1;  // >= 0: progress is published to local peers in this slot
+  uint32_t unitBytes = 0;  // Send / Recv: bytes per counted unit (0 = the schedule dtype's size)
+  uint8_t flags = 0;       // kStep* bits
+  uint64_t elems = 0;      // quantized steps: elements covered
+  uint64_t first = 0;      // Quantize: index of the first element in the whole tensor
+  BufRef aux;              // Quantize: the residual (BufKind::Residual), or kind Send = none
 };
 
 // One rank's steps for one call. Sends to one peer happen in step order, and so do receives
@@ -89,6 +106,7 @@ struct Schedule {
   collDataType_t dtype = collFloat32;
   collRedOp_t op = collSum;   // never collAvg: builders turn it into collSum + Divide steps
   uint64_t divisor = 1;       // for Divide steps
+  int32_t quantBlock = 0;     // block size of the quantized steps (0 = none)
   uint64_t sliceBytes = 0;    // executor slice for this plan (the planner's chunk size; 0 = COLL_SLICE_BYTES)
   const char* algorithm = ""; // name, for logs
   uint64_t version = 0;       // bumped by clear(): an Execution prepared for an older version re-prepares

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/log.h"
 #include "kernels/reduce.h"
@@ -126,6 +127,26 @@ void divide(void* dst, const void* src, size_t count, collDataType_t dtype, uint
   detail::DivideFn fn = detail::validType(dtype) ? t.divide[dtype] : nullptr;
   if (__builtin_expect(fn == nullptr, 0)) detail::badArgs("divide", dtype, -1);
   fn(dst, src, count, divisor);
+}
+
+void convertToFloat(float* dst, const void* src, collDataType_t dtype, size_t count) {
+  switch (dtype) {
+    case collFloat32:
+      if (dst != src) memmove(dst, src, count * sizeof(float));
+      return;
+    case collFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = halfToFloat(s[i]);
+      return;
+    }
+    case collBfloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = bfloat16ToFloat(s[i]);
+      return;
+    }
+    default:
+      detail::badArgs("convertToFloat", dtype, -1);
+  }
 }
 
 void scale(void* dst, const void* src, size_t count, collDataType_t dtype, double scalar) {

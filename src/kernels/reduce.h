@@ -36,6 +36,9 @@ void reduceN(void* dst, const void* const* srcs, int n, size_t count, collDataTy
 // divisor 0 is treated as 1.
 void divide(void* dst, const void* src, size_t count, collDataType_t dtype, uint64_t divisor);
 
+// dst[i] = (float) src[i] for float32, float16 and bfloat16 (exact conversions).
+void convertToFloat(float* dst, const void* src, collDataType_t dtype, size_t count);
+
 // dst[i] = src[i] * scalar (PreMulSum's scaling); dst may alias src.
 // - Floating types multiply in their accumulation type with the scalar rounded to it first:
 //   float32 for float16/bfloat16/float8 (the product is then rounded once to the storage type),
