@@ -70,6 +70,13 @@ inline bool planAlone(const Topology& topo, uint64_t count, Schedule* s) {
 // included, dequantizes the same bytes, so results are bit-identical everywhere. Shards are
 // multiples of `blockSize` elements. Sum or avg of float32, float16 or bfloat16.
 void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out);
+// The hierarchical variant: reduce-scatter inside each host at full precision (local rank i owns
+// chunk i of whole blocks), the two-shot across hosts among the ranks with the same local index
+// (so only inter-host traffic is compressed, and every NIC's ranks share the work), all-gather
+// inside the host. Needs hosts with equal rank counts (compressedHierarchyApplies); otherwise it
+// builds the flat two-shot.
+bool compressedHierarchyApplies(const Topology& topo);
+void buildHierarchicalCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out);
 
 // Pipelined ring All-Reduce over all ranks: reduce-scatter then all-gather, p-1 steps each, with
 // per-slice dependencies so a chunk moves on as soon as a slice has been reduced. collAvg

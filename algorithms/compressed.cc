@@ -1,50 +1,63 @@
-// The compressed (4-bit) two-shot All-Reduce: a reduce-scatter done as an all-to-all of quantized
-// shards, a float32 sum at each shard's owner, and an all-gather of the requantized shards. Each
-// element is quantized at most twice whatever the rank count (see algorithms.h).
+// The compressed (4-bit) All-Reduce: the two-shot phase (a reduce-scatter done as an all-to-all
+// of quantized shards, a float32 sum at each shard's owner, an all-gather of the requantized
+// shards; each element quantized at most twice whatever the rank count), and the hierarchical
+// variant that reduces inside each host at full precision and compresses only between hosts.
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/phases.h"
 #include "kernels/quantize.h"
 
 namespace coll {
 
-void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out) {
-  Schedule& s = *out;
-  const int32_t p = topo.nranks, r = topo.rank;
-  s.begin("compressed(two-shot)", args.dtype, args.op, static_cast<uint64_t>(p));
-  if (planAlone(topo, args.count, &s)) return;
-  s.quantBlock = blockSize;
-  const uint64_t n = args.count, B = static_cast<uint64_t>(blockSize);
-  const uint64_t es = dataTypeSize(args.dtype);
+namespace {
+
+uint64_t roundUp(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+// A phase's own scratch, after everything the schedule already uses.
+uint64_t takeScratch(Schedule* s, uint64_t bytes) {
+  const uint64_t at = roundUp(s->scratchBytes, 64);
+  s->scratchBytes = at + bytes;
+  return at;
+}
+
+// Two-shot over the group's members on elements [first, first + count) of the tensor: `in` and
+// `out` point at element `first` (`in` in the schedule's type); `first` is a multiple of the block
+// size, so blocks, shards and the stochastic counter line up with the whole tensor's. Every step
+// waits for `gate` (-1: none). Returns the steps that write `out` (each covers one shard).
+std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef out, uint64_t first, uint64_t count,
+                                          int blockSize, int32_t gate, bool divide, Schedule* s) {
+  const int32_t p = g.size(), me = g.me;
+  const uint64_t B = static_cast<uint64_t>(blockSize), P = static_cast<uint64_t>(p);
+  const uint64_t es = dataTypeSize(s->dtype);
   const uint64_t record = kernels::quantRecordBytes(blockSize);
-  // Shards of whole blocks: shard j = [lo(j), lo(j + 1)).
-  const uint64_t shard = (n + static_cast<uint64_t>(p) - 1) / static_cast<uint64_t>(p);
-  const uint64_t S = (shard + B - 1) / B * B;
-  auto lo = [&](int32_t j) { return std::min(static_cast<uint64_t>(j) * S, n); };
+  const uint64_t S = roundUp((count + P - 1) / P, B);  // shard j = [lo(j), lo(j + 1)), whole blocks
+  auto lo = [&](int32_t j) { return std::min(static_cast<uint64_t>(j) * S, count); };
   auto elems = [&](int32_t j) { return lo(j + 1) - lo(j); };
   auto blocks = [&](int32_t j) { return (elems(j) + B - 1) / B; };
-  // Quantized shards travel as 8-byte units (the executor's stream alignment); each region is
-  // padded to a whole unit.
+  // Quantized shards travel as 8-byte units (the executor's stream alignment).
   auto words = [&](int32_t j) { return (blocks(j) * record + 7) / 8; };
-  const uint64_t stride = (S / B * record + 63) / 64 * 64;
-  const uint64_t P = static_cast<uint64_t>(p);
-  auto sendQ = [&](int32_t j) { return scratchAt(static_cast<uint64_t>(j) * stride); };
-  auto recvQ = [&](int32_t j) { return scratchAt((P + static_cast<uint64_t>(j)) * stride); };
-  auto gatherQ = [&](int32_t j) { return scratchAt((2 * P + static_cast<uint64_t>(j)) * stride); };
-  const uint64_t accOffset = 3 * P * stride;
-  s.scratchBytes = accOffset + S * sizeof(float);
-
-  auto quantize = [&](BufRef src, uint8_t flags, int32_t j, BufRef dst) {
+  const uint64_t stride = roundUp(S / B * record, 64);
+  const uint64_t base = takeScratch(s, 3 * P * stride + S * sizeof(float));
+  auto sendQ = [&](int32_t j) { return scratchAt(base + static_cast<uint64_t>(j) * stride); };
+  auto recvQ = [&](int32_t j) { return scratchAt(base + (P + static_cast<uint64_t>(j)) * stride); };
+  auto gatherQ = [&](int32_t j) { return scratchAt(base + (2 * P + static_cast<uint64_t>(j)) * stride); };
+  const BufRef acc = scratchAt(base + 3 * P * stride);
+  auto gated = [&](int32_t step) {
+    if (gate >= 0) s->addDep(step, wholeStepDep(gate));
+    return step;
+  };
+  auto quantize = [&](BufRef src, uint8_t flags, int32_t j) {
     Step q;
     q.kind = StepKind::Quantize;
     q.src = src;
-    q.dst = dst;
+    q.dst = sendQ(j);
     q.flags = flags;
     q.count = blocks(j);
     q.elems = elems(j);
-    q.first = lo(j);
-    q.aux = BufRef{BufKind::Residual, -1, lo(j) * sizeof(float)};
-    return s.addStep(q);
+    q.first = first + lo(j);
+    q.aux = BufRef{BufKind::Residual, -1, (first + lo(j)) * sizeof(float)};
+    return gated(s->addStep(q));
   };
   auto transfer = [&](StepKind kind, int32_t peer, BufRef buf, uint64_t units) {
     Step t;
@@ -53,7 +66,7 @@ void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int bl
     (kind == StepKind::Send ? t.src : t.dst) = buf;
     t.count = units;
     t.unitBytes = 8;
-    return s.addStep(t);
+    return gated(s->addStep(t));
   };
   auto blockStep = [&](StepKind kind, BufRef src, BufRef dst, int32_t j) {
     Step b;
@@ -62,49 +75,174 @@ void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int bl
     b.dst = dst;
     b.count = blocks(j);
     b.elems = elems(j);
-    return s.addStep(b);
+    return gated(s->addStep(b));
   };
+  std::vector<int32_t> writers;
 
   // Reduce-scatter: my contribution to every other shard, quantized once, to its owner (in a
   // rotating order so no owner receives from everyone at once).
   for (int32_t k = 1; k < p; ++k) {
-    const int32_t j = (r + k) % p;
+    const int32_t j = (me + k) % p;
     if (blocks(j) == 0) continue;
-    const int32_t q = quantize(sendAt(lo(j) * es), 0, j, sendQ(j));
-    const int32_t t = transfer(StepKind::Send, j, sendQ(j), words(j));
-    s.addDep(t, wholeStepDep(q));
+    const int32_t q = quantize(offsetBy(in, lo(j) * es), 0, j);
+    s->addDep(transfer(StepKind::Send, g.at(j), sendQ(j), words(j)), wholeStepDep(q));
   }
-  const bool own = blocks(r) > 0;
-  if (own) {
+  if (blocks(me) > 0) {
     // My shard: my own part at full precision, then every peer's dequantized part added in
     // float32 as it arrives.
-    int32_t acc = blockStep(StepKind::Widen, sendAt(lo(r) * es), scratchAt(accOffset), r);
+    int32_t sum = blockStep(StepKind::Widen, offsetBy(in, lo(me) * es), acc, me);
     for (int32_t k = 1; k < p; ++k) {
-      const int32_t j = (r - k + p) % p;
-      const int32_t t = transfer(StepKind::Recv, j, recvQ(j), words(r));
-      const int32_t a = blockStep(StepKind::DequantAccumulate, recvQ(j), scratchAt(accOffset), r);
-      s.addDep(a, wholeStepDep(t));
-      s.addDep(a, stepDep(acc));
-      acc = a;
+      const int32_t j = (me - k + p) % p;
+      const int32_t t = transfer(StepKind::Recv, g.at(j), recvQ(j), words(me));
+      const int32_t a = blockStep(StepKind::DequantAccumulate, recvQ(j), acc, me);
+      s->addDep(a, wholeStepDep(t));
+      s->addDep(a, stepDep(sum));
+      sum = a;
     }
     // All-gather: the sum (averaged, plus my residual) quantized once; everyone, me included,
     // takes its dequantized bytes.
-    const uint8_t flags = static_cast<uint8_t>(kStepSrcFloat | (args.op == collAvg ? kStepDivide : 0));
-    const int32_t q = quantize(scratchAt(accOffset), flags, r, sendQ(r));
-    s.addDep(q, stepDep(acc));
+    const uint8_t flags = static_cast<uint8_t>(kStepSrcFloat | (divide ? kStepDivide : 0));
+    const int32_t q = quantize(acc, flags, me);
+    s->addDep(q, stepDep(sum));
     for (int32_t k = 1; k < p; ++k) {
-      const int32_t t = transfer(StepKind::Send, (r + k) % p, sendQ(r), words(r));
-      s.addDep(t, wholeStepDep(q));
+      s->addDep(transfer(StepKind::Send, g.at(me + k), sendQ(me), words(me)), wholeStepDep(q));
     }
-    const int32_t d = blockStep(StepKind::Dequantize, sendQ(r), recvAt(lo(r) * es), r);
-    s.addDep(d, stepDep(q));
+    const int32_t d = blockStep(StepKind::Dequantize, sendQ(me), offsetBy(out, lo(me) * es), me);
+    s->addDep(d, stepDep(q));
+    writers.push_back(d);
   }
   for (int32_t k = 1; k < p; ++k) {
-    const int32_t j = (r - k + p) % p;
+    const int32_t j = (me - k + p) % p;
     if (blocks(j) == 0) continue;
-    const int32_t t = transfer(StepKind::Recv, j, gatherQ(j), words(j));
-    const int32_t d = blockStep(StepKind::Dequantize, gatherQ(j), recvAt(lo(j) * es), j);
-    s.addDep(d, wholeStepDep(t));
+    const int32_t t = transfer(StepKind::Recv, g.at(j), gatherQ(j), words(j));
+    const int32_t d = blockStep(StepKind::Dequantize, gatherQ(j), offsetBy(out, lo(j) * es), j);
+    s->addDep(d, wholeStepDep(t));
+    writers.push_back(d);
+  }
+  return writers;
+}
+
+void beginCompressed(const char* name, const Topology& topo, const CollArgs& args, int blockSize, Schedule* s) {
+  s->begin(name, args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
+  s->quantBlock = blockSize;
+  // Joins name scratch element 0.
+  s->scratchBytes = dataTypeSize(args.dtype);
+}
+
+}  // namespace
+
+void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out) {
+  Schedule& s = *out;
+  beginCompressed("compressed(two-shot)", topo, args, blockSize, &s);
+  if (planAlone(topo, args.count, &s)) return;
+  addCompressedTwoShot(allRanksGroup(topo), sendAt(0), recvAt(0), 0, args.count, blockSize, -1,
+                       args.op == collAvg, &s);
+  s.finalizePeers();
+}
+
+bool compressedHierarchyApplies(const Topology& topo) {
+  if (topo.nhosts < 2 || topo.nranks == topo.nhosts) return false;
+  const int32_t per = topo.nranks / topo.nhosts;
+  if (per * topo.nhosts != topo.nranks) return false;
+  std::vector<int32_t> count(static_cast<size_t>(topo.nhosts));
+  for (int32_t h : topo.hostOfRank) ++count[static_cast<size_t>(h)];
+  return std::all_of(count.begin(), count.end(), [&](int32_t c) { return c == per; });
+}
+
+void buildHierarchicalCompressedAllReduce(const Topology& topo, const CollArgs& args, int blockSize, Schedule* out) {
+  if (!compressedHierarchyApplies(topo)) {
+    buildCompressedAllReduce(topo, args, blockSize, out);
+    return;
+  }
+  Schedule& s = *out;
+  beginCompressed("compressed(hier)", topo, args, blockSize, &s);
+  const int32_t L = topo.nranks / topo.nhosts;
+  const uint64_t n = args.count, B = static_cast<uint64_t>(blockSize), es = dataTypeSize(args.dtype);
+  // Local rank i owns chunk i of whole blocks (so the inter-host shards and the stochastic
+  // counter line up with the tensor's blocks).
+  const uint64_t C = roundUp((n + static_cast<uint64_t>(L) - 1) / static_cast<uint64_t>(L), B);
+  auto lo = [&](int32_t c) { return std::min(static_cast<uint64_t>(c) * C, n); };
+  auto len = [&](int32_t c) { return lo(c + 1) - lo(c); };
+
+  // My host's ranks in rank order, and the ranks with my local index on every host.
+  RankGroup local, across;
+  for (int32_t r = 0; r < topo.nranks; ++r) {
+    if (topo.sameHost(r, topo.rank)) {
+      if (r == topo.rank) local.me = local.size();
+      local.ranks.push_back(r);
+    }
+  }
+  const int32_t i = local.me;
+  for (int32_t h = 0; h < topo.nhosts; ++h) {
+    int32_t seen = 0;
+    for (int32_t r = 0; r < topo.nranks; ++r) {
+      if (topo.hostOfRank[static_cast<size_t>(r)] != h) continue;
+      if (seen++ == i) {
+        if (r == topo.rank) across.me = across.size();
+        across.ranks.push_back(r);
+      }
+    }
+  }
+
+  // Reduce-scatter inside the host at full precision: every local rank sends its part of chunk m
+  // to local rank m, which adds the parts into its chunk of the receive buffer as they arrive.
+  const int32_t first = static_cast<int32_t>(s.steps.size());
+  for (int32_t k = 1; k < L; ++k) {
+    const int32_t m = (i + k) % L;
+    if (len(m) == 0) continue;
+    Step send;
+    send.kind = StepKind::Send;
+    send.peer = local.at(m);
+    send.src = sendAt(lo(m) * es);
+    send.count = len(m);
+    s.addStep(send);
+  }
+  if (len(i) > 0) {
+    Step copy;
+    copy.kind = StepKind::Copy;
+    copy.src = sendAt(lo(i) * es);
+    copy.dst = recvAt(lo(i) * es);
+    copy.count = len(i);
+    int32_t sum = s.addStep(copy);
+    for (int32_t k = 1; k < L; ++k) {
+      Step rr;
+      rr.kind = StepKind::RecvReduce;
+      rr.peer = local.at(i - k);
+      rr.src = recvAt(lo(i) * es);
+      rr.dst = recvAt(lo(i) * es);
+      rr.count = len(i);
+      const int32_t r = s.addStep(rr);
+      s.addDep(r, stepDep(sum));
+      sum = r;
+    }
+  }
+  // Across hosts, compressed: my chunk's host sums from every host, two-shot.
+  const int32_t gate = s.addJoin(first);
+  if (len(i) > 0) {
+    addCompressedTwoShot(across, recvAt(lo(i) * es), recvAt(lo(i) * es), lo(i), len(i), blockSize, gate,
+                         args.op == collAvg, &s);
+  }
+  // All-gather inside the host: my final chunk to every local rank, theirs into mine.
+  const int32_t done = s.addJoin(gate);
+  for (int32_t k = 1; k < L; ++k) {
+    const int32_t m = (i + k) % L;
+    if (len(i) > 0) {
+      Step send;
+      send.kind = StepKind::Send;
+      send.peer = local.at(m);
+      send.src = recvAt(lo(i) * es);
+      send.count = len(i);
+      s.addDep(s.addStep(send), wholeStepDep(done));
+    }
+    const int32_t from = (i - k + L) % L;
+    if (len(from) > 0) {
+      Step recv;
+      recv.kind = StepKind::Recv;
+      recv.peer = local.at(from);
+      recv.dst = recvAt(lo(from) * es);
+      recv.count = len(from);
+      s.addDep(s.addStep(recv), wholeStepDep(done));
+    }
   }
   s.finalizePeers();
 }

@@ -443,6 +443,11 @@ void Comm::logPlan(const CollArgs& args, const PlanChoice& choice) const {
 
 void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
   const AlgoId algo = choice.algo;
+  if (args.compress.blockSize > 0) {
+    if (algo == AlgoId::Hierarchical) buildHierarchicalCompressedAllReduce(topo_, args, args.compress.blockSize, out);
+    else buildCompressedAllReduce(topo_, args, args.compress.blockSize, out);
+    return;
+  }
   switch (args.kind) {
     case CollKind::AllReduce:
       switch (algo) {
@@ -529,7 +534,7 @@ Status Comm::compressedAllReduce(const CollArgs& args) {
     return collective(plain);
   }
   PlanChoice choice;
-  choice.algo = AlgoId::TwoShot;
+  COLL_TRY(planCompressedAllReduce(plannerInputs_, args, &choice));
   const uint64_t before = wireBytes();
   COLL_TRY(runChecked(args, choice));
   stats_.compressedWireBytes += wireBytes() - before;

@@ -478,7 +478,7 @@ AlgoMask candidateAlgos(CollKind kind) {
     case CollKind::AllReduce:
       return algoBit(AlgoId::Ring) | algoBit(AlgoId::Direct) | algoBit(AlgoId::Tree) |
              algoBit(AlgoId::RecursiveDoubling) | algoBit(AlgoId::Rabenseifner) | algoBit(AlgoId::Torus) |
-             algoBit(AlgoId::Hierarchical);
+             algoBit(AlgoId::Hierarchical) | algoBit(AlgoId::TwoShot);
     case CollKind::Broadcast: return algoBit(AlgoId::Tree) | algoBit(AlgoId::Ring) | algoBit(AlgoId::Hierarchical);
     case CollKind::Reduce: return algoBit(AlgoId::Tree) | algoBit(AlgoId::Ring);
     case CollKind::AllGather: return algoBit(AlgoId::Bruck) | algoBit(AlgoId::Ring) | algoBit(AlgoId::Hierarchical);
@@ -583,6 +583,8 @@ bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::st
     case AlgoId::Torus:
       if (!in.shape.torusOk) return no([&] { return in.shape.torusProblem; });
       return true;
+    case AlgoId::TwoShot:
+      return no([] { return std::string("twoshot runs compressed All-Reduce only (collAllReduceCompressed)"); });
     case AlgoId::Hierarchical:
       if (!in.shape.hierPossible) {
         return no([&] {
@@ -720,6 +722,59 @@ Status checkForcedAlgo(const PlannerInputs& in) {
                        maskNames(applicable).c_str());
     }
   }
+  return okStatus();
+}
+
+// Compressed All-Reduce: the flat two-shot against the hierarchical variant. Per rank, the
+// two-shot sends its quantized shards to every other rank and receives as many (2(p-1) messages,
+// 2(p-1)/p of the quantized tensor, through a NIC shared by the host's ranks); the hierarchical one
+// moves the tensor at full precision inside the host (like a ring reduce-scatter + all-gather)
+// and runs the two-shot across hosts on 1/L of it per local rank. Quantizing passes are counted
+// as local passes (gamma) over the float32 tensor.
+Status planCompressedAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out) {
+  if (!in.filterStatus.ok()) return in.filterStatus;
+  const Topology& t = *in.topo;
+  const double p = t.nranks, H = t.nhosts, L = in.shape.maxLocal;
+  const double es = static_cast<double>(dataTypeSize(args.dtype));
+  const double n = static_cast<double>(args.count);
+  const double block = args.compress.blockSize > 0 ? args.compress.blockSize : 64;
+  const double qBytes = n * (block / 2 + 2) / block;  // the tensor quantized
+  const double g = in.gamma;
+  auto twoShot = [&](double members, double elems, double q, double flowsPerNic, const LinkCost& link) {
+    const double m = members;
+    return 2 * (m - 1) * flowsPerNic * link.alpha + 2 * (m - 1) / m * q * flowsPerNic * link.beta +
+           4 * elems * 4 * g;  // widen, accumulate, quantize twice, dequantize: about 4 float passes
+  };
+  const LinkCost& across = t.nhosts > 1 ? in.interHost : in.intraHost;
+  AlgoMask mask = in.allowed[static_cast<int>(CollKind::AllReduce)] & (algoBit(AlgoId::TwoShot) | algoBit(AlgoId::Hierarchical));
+  if (mask == 0) mask = algoBit(AlgoId::TwoShot) | algoBit(AlgoId::Hierarchical);  // COLL_ALGO named neither
+  const bool hierOk = compressedHierarchyApplies(t);
+  PlanChoice& c = *out;
+  c = PlanChoice{};
+  if (mask & algoBit(AlgoId::TwoShot)) {
+    Candidate k;
+    k.algo = AlgoId::TwoShot;
+    k.seconds = twoShot(p, n, qBytes, t.nhosts > 1 ? in.shape.ranksPerNic : 1, across);
+    c.candidates[c.ncandidates++] = k;
+  }
+  if ((mask & algoBit(AlgoId::Hierarchical)) && hierOk) {
+    Candidate k;
+    k.algo = AlgoId::Hierarchical;
+    const double intra = 2 * (L - 1) * in.intraHost.alpha + 2 * (L - 1) / L * n * es * in.intraHost.beta + n * es * g;
+    k.seconds = intra + twoShot(H, n / L, qBytes / L, in.shape.ranksPerNic, in.interHost);
+    c.candidates[c.ncandidates++] = k;
+  }
+  if (c.ncandidates == 0) {
+    return makeError(collInvalidUsage,
+                     "COLL_ALGO=%s allows only hier for compressed All-Reduce, which needs hosts with equal rank counts",
+                     in.forcedAlgo.c_str());
+  }
+  int best = 0;
+  for (int i = 1; i < c.ncandidates; ++i) {
+    if (c.candidates[i].seconds < c.candidates[best].seconds) best = i;
+  }
+  c.algo = c.candidates[best].algo;
+  c.predictedSeconds = c.candidates[best].seconds;
   return okStatus();
 }
 

@@ -136,6 +136,9 @@ bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::st
 Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytes);
 
 Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
+// collAllReduceCompressed: two-shot or its hierarchical variant (COLL_ALGO's allreduce section
+// may name twoshot or hier; naming neither leaves both).
+Status planCompressedAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
 // Any collective. Point-to-point calls are not planned.
 Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
 

@@ -30,14 +30,19 @@ std::vector<float> gradient(int rank, uint64_t count, uint32_t salt = 0) {
 
 struct CompressedRun {
   CompressedRun(int32_t p, uint64_t count, collDataType_t dtype = collFloat32, collRedOp_t op = collSum,
-                bool feedback = false)
-      : p(p), count(count), dtype(dtype), op(op), world(p, 1, InProcessOptions{64 * 1024, 64 * 1024, 4, 0}),
+                bool feedback = false, int32_t ranksPerHost = 1)
+      : p(p), count(count), dtype(dtype), op(op),
+        world(p, ranksPerHost, InProcessOptions{64 * 1024, 64 * 1024, 4, 0}),
         schedules(static_cast<size_t>(p)), send(static_cast<size_t>(p)), recv(static_cast<size_t>(p)),
         residual(static_cast<size_t>(p)) {
     for (int32_t r = 0; r < p; ++r) {
       CollArgs a;
       a.count = count, a.dtype = dtype, a.op = op;
-      buildCompressedAllReduce(world.topology(r), a, kBlock, &schedules[static_cast<size_t>(r)]);
+      if (ranksPerHost > 1) {
+        buildHierarchicalCompressedAllReduce(world.topology(r), a, kBlock, &schedules[static_cast<size_t>(r)]);
+      } else {
+        buildCompressedAllReduce(world.topology(r), a, kBlock, &schedules[static_cast<size_t>(r)]);
+      }
       send[static_cast<size_t>(r)].resize(count * dataTypeSize(dtype));
       recv[static_cast<size_t>(r)].assign(count * dataTypeSize(dtype), std::byte{0x5a});
       if (feedback) residual[static_cast<size_t>(r)].assign(count, 0.0f);
@@ -237,6 +242,51 @@ TEST(CompressedAllReduce, ErrorFeedbackKeepsAccumulatedErrorBounded) {
   EXPECT_GT(without200, 1.8 * without100) << "without feedback the error should grow with the steps";
   EXPECT_LT(with200, 1.5 * with100 + 1.0) << "with feedback the accumulated error should stay bounded";
   EXPECT_LT(with200, 0.2 * without200);
+}
+
+TEST(CompressedAllReduce, HierarchicalVariantAcrossHostShapes) {
+  // Hosts of 2-4 ranks; the inter-host part compresses, the intra-host part is exact.
+  struct Shape {
+    int32_t hosts, per;
+  };
+  for (Shape sh : {Shape{2, 2}, Shape{3, 4}, Shape{4, 2}, Shape{2, 3}}) {
+    const int32_t p = sh.hosts * sh.per;
+    for (uint64_t count : {uint64_t{5}, uint64_t{kBlock * 3 + 1}, uint64_t{4096}}) {
+      for (collRedOp_t op : {collSum, collAvg}) {
+        for (bool inPlace : {false, true}) {
+          SCOPED_TRACE(testing::Message() << sh.hosts << "x" << sh.per << " count " << count << " op " << op
+                                          << " in-place " << inPlace);
+          CompressedRun run(p, count, collFloat32, op, /*feedback=*/true, sh.per);
+          ASSERT_STREQ(run.schedules[0].algorithm, "compressed(hier)");
+          std::vector<std::vector<float>> inputs;
+          for (int32_t r = 0; r < p; ++r) inputs.push_back(gradient(r, count, 11));
+          for (int32_t r = 0; r < p; ++r) run.setInput(r, inputs[static_cast<size_t>(r)]);
+          Status st = run.run(inPlace);
+          ASSERT_TRUE(st.ok()) << st.message();
+          run.expectIdenticalOnEveryRank();
+          double num = 0, den = 0;
+          for (uint64_t i = 0; i < count; ++i) {
+            double exact = 0;
+            for (int32_t r = 0; r < p; ++r) exact += inputs[static_cast<size_t>(r)][i];
+            if (op == collAvg) exact /= p;
+            num += (run.outputAt(0, i) - exact) * (run.outputAt(0, i) - exact);
+            den += exact * exact;
+          }
+          EXPECT_LT(std::sqrt(num / den), 0.25);
+        }
+      }
+    }
+  }
+}
+
+TEST(CompressedAllReduce, HierarchicalFallsBackToTwoShotOnUnevenHosts) {
+  Topology t = Topology::fromHostHashes(0, {1, 1, 1, 2, 2});
+  EXPECT_FALSE(compressedHierarchyApplies(t));
+  CollArgs a;
+  a.count = 1000;
+  Schedule s;
+  buildHierarchicalCompressedAllReduce(t, a, kBlock, &s);
+  EXPECT_STREQ(s.algorithm, "compressed(two-shot)");
 }
 
 TEST(CompressedAllReduce, OneRankCopies) {

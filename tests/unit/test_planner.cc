@@ -568,3 +568,57 @@ TEST(PlannerComm, ProbedAndKnobGivenModelsBothRun) {
 }
 
 }  // namespace comm_level
+
+namespace coll {
+namespace {
+
+CollArgs compressedArgs(uint64_t count) {
+  static float dummy;
+  CollArgs a;
+  a.count = count;
+  a.sendbuff = &dummy;
+  a.recvbuff = &dummy;
+  a.compress.blockSize = 64;
+  return a;
+}
+
+TEST(PlannerCompressed, ChoosesBetweenTwoShotAndHierarchical) {
+  // One rank per host: only the two-shot applies.
+  Fixture flat(4, 1, false);
+  PlanChoice c;
+  ASSERT_TRUE(planCompressedAllReduce(flat.in, compressedArgs(1 << 24), &c).ok());
+  EXPECT_EQ(c.algo, AlgoId::TwoShot);
+  EXPECT_EQ(c.ncandidates, 1);
+  // Several ranks per host behind one slow NIC: compressing only between hosts, with a fast
+  // host, wins for large tensors; the prediction is the cheaper candidate's.
+  Fixture hosts(8, 4, true);
+  hosts.links(kLinkSets[1]);
+  ASSERT_TRUE(planCompressedAllReduce(hosts.in, compressedArgs(1 << 24), &c).ok());
+  ASSERT_EQ(c.ncandidates, 2);
+  EXPECT_EQ(c.algo, AlgoId::Hierarchical);
+  EXPECT_DOUBLE_EQ(c.predictedSeconds, std::min(c.candidates[0].seconds, c.candidates[1].seconds));
+}
+
+TEST(PlannerCompressed, CollAlgoForcesAndValidates) {
+  PlanChoice c;
+  Fixture twoShot(8, 4, true, "allreduce:twoshot,ring");
+  ASSERT_TRUE(twoShot.in.filterStatus.ok()) << twoShot.in.filterStatus.message();
+  ASSERT_TRUE(planCompressedAllReduce(twoShot.in, compressedArgs(1 << 24), &c).ok());
+  EXPECT_EQ(c.algo, AlgoId::TwoShot);
+  // Uncompressed All-Reduce cannot run twoshot: forcing only it is refused up front.
+  Fixture onlyTwoShot(8, 4, true, "allreduce:twoshot");
+  Status st = checkForcedAlgo(onlyTwoShot.in);
+  EXPECT_FALSE(st.ok());
+  // hier forced where hosts differ in size: a clear error, not a silent fallback.
+  Fixture uneven(std::vector<int32_t>{0, 0, 0, 1, 1}, true, "allreduce:hier");
+  st = planCompressedAllReduce(uneven.in, compressedArgs(1 << 20), &c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("equal rank counts"), std::string::npos) << st.message();
+  // A filter about other algorithms leaves both.
+  Fixture other(8, 4, true, "allreduce:ring");
+  ASSERT_TRUE(planCompressedAllReduce(other.in, compressedArgs(1 << 24), &c).ok());
+  EXPECT_EQ(c.ncandidates, 2);
+}
+
+}  // namespace
+}  // namespace coll
