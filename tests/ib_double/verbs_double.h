@@ -18,7 +18,10 @@
 //    max_inline_data (IBV_SEND_INLINE above it: EINVAL), unsignaled completions
 //    (sq_sig_all = 0 without IBV_SEND_SIGNALED: no completion, the slot freed by a later
 //    signaled one);
-//  - completion channels and async events with pollable file descriptors.
+//  - completion channels and async events with pollable file descriptors;
+//  - a request nobody accepts (peer process gone, no such QP, QP not ready, wrong PSN or source)
+//    ends in IBV_WC_RETRY_EXC_ERR after (retry_cnt + 1) ACK timeouts, emulated at 1/64 of
+//    4.096 us * 2^timeout (1..250 ms each); never a hang.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,8 @@ struct VerbsDoubleOptions {
   uint32_t maxInlineData = 220;
   int maxQpWr = 4096;        // device limits reported by queryDevice and enforced at create
   int maxCqe = 65536;
+  bool infiniband = false;   // true: ports report the InfiniBand link layer (LID addressing, one
+                             // IB GID); false: Ethernet (RoCE v1/v2 GIDs, GRH required)
 };
 // Applies to devices opened after the call.
 void configureVerbsDouble(const VerbsDoubleOptions& options);
@@ -46,7 +51,10 @@ enum class VerbsFault {
   FailNextSend,        // the next posted send work request completes with IBV_WC_RETRY_EXC_ERR
   RemoteAccessError,   // the next RDMA write is answered as if outside the target's region
   PortDown,            // every port of this process goes down: IBV_EVENT_PORT_ERR, QPs to error
+  CutWire,             // this process's devices stop answering (connections cut, none accepted):
+                       // peers and local QPs see a dead link, IBV_WC_RETRY_EXC_ERR after the retry time
 };
+// None clears the pending faults and brings ports and wires back up (IBV_EVENT_PORT_ACTIVE).
 void injectVerbsFault(VerbsFault fault);
 
 }  // namespace coll::testing

@@ -1,0 +1,439 @@
+// ib connection data path: RDMA writes with immediate from the send staging ring into the peer's
+// receive ring, striped over the QPs by chunk, credits written back by the receiver, selective
+// signaling, completion errors turned into actionable statuses.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "core/log.h"
+#include "transports/ib/ib_transport.h"
+
+namespace coll {
+
+namespace {
+
+// wr_id: bits 0-4 QP index, bit 6 credit write, bit 7 receive, bits 8+ the QP's WR sequence.
+constexpr uint64_t kRecvBit = uint64_t{1} << 7;
+constexpr uint64_t kCreditBit = uint64_t{1} << 6;
+constexpr uint64_t kQpMask = 0x1f;
+constexpr int kPollBatch = 32;
+
+const char* wcStatusName(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_SUCCESS: return "success";
+    case IBV_WC_LOC_LEN_ERR: return "local length error";
+    case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
+    case IBV_WC_LOC_PROT_ERR: return "local protection error";
+    case IBV_WC_WR_FLUSH_ERR: return "work request flushed";
+    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request";
+    case IBV_WC_REM_ACCESS_ERR: return "remote access error";
+    case IBV_WC_REM_OP_ERR: return "remote operation error";
+    case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
+    case IBV_WC_RNR_RETRY_EXC_ERR: return "receiver-not-ready retry counter exceeded";
+    case IBV_WC_FATAL_ERR: return "fatal error";
+    case IBV_WC_GENERAL_ERR: return "general error";
+    default: return "error";
+  }
+}
+
+}  // namespace
+
+IbConnection::~IbConnection() {
+  if (device_) device_->removeConnection(this);
+  for (Qp& q : qps_) {
+    if (q.qp) api_->destroyQp(q.qp);
+  }
+  for (ibv_qp* qp : unusedQps_) api_->destroyQp(qp);
+  if (cq_) api_->destroyCq(cq_);
+  auto release = [&](void* p, size_t bytes) {
+    if (p == nullptr) return;
+    device_->mrCache().evict(p, bytes);
+    free(p);
+  };
+  if (device_) {
+    release(sendRing_, ringAlloc_);
+    release(recvRing_, ringAlloc_);
+    release(const_cast<uint64_t*>(credit_), 4096);
+    release(creditSrc_, creditSrcBytes_);
+  }
+}
+
+std::string IbConnection::where() const { return device_->name() + " to rank " + std::to_string(peer_); }
+
+bool IbConnection::ownsQp(const ibv_qp* qp) const {
+  for (const Qp& q : qps_)
+    if (q.qp == qp) return true;
+  for (const ibv_qp* u : unusedQps_)
+    if (u == qp) return true;
+  return false;
+}
+
+std::span<std::byte> IbConnection::sendSpace() {
+  const uint64_t used = committed_ - sendDone_;
+  const uint64_t offset = committed_ & (ring_ - 1);
+  uint64_t n = std::min(ring_ - used, ring_ - offset);
+  if ((committed_ & 7) == 0) n &= ~uint64_t{7};
+  return {sendRing_ + offset, n};
+}
+
+std::span<const std::byte> IbConnection::recvData() {
+  const uint64_t offset = consumed_ & (ring_ - 1);
+  return {recvRing_ + offset, std::min(received_ - consumed_, ring_ - offset)};
+}
+
+void IbConnection::setError(const Status& status) {
+  if (error_.ok() && !status.ok()) error_ = status;
+}
+
+void IbConnection::fail(const Status& status) { setError(status); }
+
+void IbConnection::notifyPeerOnce() {
+  if (peerNotified_ || error_.ok()) return;
+  peerNotified_ = true;
+  // Best effort: a peer blocked on our data learns of the failure now instead of at its timeout.
+  std::string text = error_.message().substr(0, 480);
+  (void)bootstrap_->send(peer_, kIbTagFailure, text.data(), text.size(), Deadline::afterMs(1000));
+}
+
+Status IbConnection::protocolError(const char* what, unsigned long long a, unsigned long long b) {
+  return makeError(collRemoteError, "%s: rank %d broke the ib protocol (%s: %llu, %llu); are both ranks running "
+                   "the same library version?", where().c_str(), peer_, what, a, b);
+}
+
+Status IbConnection::completionError(const ibv_wc& wc) {
+  // A port that went down flushes everything: report the cause, not the flush.
+  device_->pollAsyncEvents();
+  if (device_->failed()) return device_->failure();
+  const bool recv = (wc.wr_id & kRecvBit) != 0;
+  const char* op = recv ? "receiving an RDMA write from" : "an RDMA write to";
+  const unsigned vendor = wc.vendor_err;
+  switch (wc.status) {
+    case IBV_WC_RETRY_EXC_ERR:
+      return makeError(collRemoteError, "%s: %s rank %d failed: %s (vendor error 0x%x): the peer stopped "
+                       "acknowledging (it exited, or the fabric drops packets); check that rank's log and the link. "
+                       "COLL_IB_TIMEOUT=%d and COLL_IB_RETRY_CNT=%d set how long the HCA retries",
+                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor, options_.timeout,
+                       options_.retryCount);
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return makeError(collRemoteError, "%s: %s rank %d failed: %s: the peer had no receive posted (is it still "
+                       "running?); check that rank's log", device_->name().c_str(), op, peer_,
+                       wcStatusName(wc.status));
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_REM_OP_ERR:
+      return makeError(collRemoteError, "%s: %s rank %d failed: %s (vendor error 0x%x): the peer refused the "
+                       "write (its ring was deregistered: it exited or aborted?); check that rank's log",
+                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor);
+    case IBV_WC_WR_FLUSH_ERR:
+      return makeError(collRemoteError, "%s: %s rank %d was flushed: the queue pair went into the error state "
+                       "(the peer failed or the link broke); check that rank's log, the link (`ibv_devinfo`) and "
+                       "COLL_IB_HCA", device_->name().c_str(), op, peer_);
+    default:
+      return makeError(collSystemError, "%s: %s rank %d failed: %s (status %d, vendor error 0x%x); check the "
+                       "device with `ibv_devinfo` and COLL_IB_HCA", device_->name().c_str(), op, peer_,
+                       wcStatusName(wc.status), static_cast<int>(wc.status), vendor);
+  }
+}
+
+Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
+  const int q = static_cast<int>(wc.wr_id & kQpMask);
+  if (q >= nqps_) return makeError(collInternalError, "%s: completion for unknown QP %d", where().c_str(), q);
+  Qp& Q = qps_[q];
+  if (wc.status != IBV_WC_SUCCESS) {
+    const bool recv = (wc.wr_id & kRecvBit) != 0;
+    const bool credit = !recv && (wc.wr_id & kCreditBit) != 0;
+    // A peer that finished and tore its end down refuses our last credit writes; like a socket's
+    // orderly close that is no error by itself (the bytes it sent are all here). checkHealth()
+    // reports it if this rank still waits for the peer; a data write that fails is an error.
+    if (credit && wc.status != IBV_WC_WR_FLUSH_ERR && closedReason_.ok()) {
+      device_->pollAsyncEvents();
+      if (device_->failed()) return device_->failure();
+      closedReason_ = makeError(collRemoteError, "%s: rank %d closed its end of the connection or died (a credit "
+                                "write failed: %s); check that rank's log and the link (COLL_IB_TIMEOUT=%d and "
+                                "COLL_IB_RETRY_CNT=%d set how soon a dead peer is noticed)", where().c_str(), peer_,
+                                wcStatusName(wc.status), options_.timeout, options_.retryCount);
+    }
+    if (!closedReason_.ok() && (recv || credit)) {
+      if (!recv) reap(Q, wc.wr_id >> 8);
+      return okStatus();
+    }
+    return completionError(wc);
+  }
+  if (wc.wr_id & kRecvBit) {
+    if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
+      return protocolError("receive completion without immediate (opcode, flags)", wc.opcode, wc.wc_flags);
+    }
+    // Remote input: the length must stay in the QP's current chunk and inside the credit given.
+    const uint64_t len = ntohl(wc.imm_data);
+    const uint64_t pos = Q.recvPos;
+    const uint64_t chunkEnd = (pos | (chunk_ - 1)) + 1;
+    if (len == 0 || pos + len > chunkEnd || pos + len > consumed_ + ring_) {
+      return protocolError("write length beyond its chunk or credit (length, stream position)", len, pos);
+    }
+    Q.recvPos = pos + len == chunkEnd ? chunkEnd + skip_ : pos + len;
+    ++Q.recvsDone;
+    ++reposts[q];
+    return okStatus();
+  }
+  const uint64_t seq = wc.wr_id >> 8;
+  if (seq < Q.reapedWrs || seq >= Q.postedWrs) {
+    return makeError(collInternalError, "%s: completion for work request %llu outside [%llu, %llu)", where().c_str(),
+                     static_cast<unsigned long long>(seq), static_cast<unsigned long long>(Q.reapedWrs),
+                     static_cast<unsigned long long>(Q.postedWrs));
+  }
+  reap(Q, seq);
+  return okStatus();
+}
+
+void IbConnection::reap(Qp& Q, uint64_t seq) {
+  // Completions of a QP come in order: this one also completes the unsignaled ones before it.
+  Q.reapedWrs = std::max(Q.reapedWrs, seq + 1);
+  while (Q.inflightCount > 0 && Q.inflight[Q.inflightHead].first <= seq) {
+    Q.inflightHead = (Q.inflightHead + 1) % Q.inflight.size();
+    --Q.inflightCount;
+  }
+}
+
+Status IbConnection::pollCompletions(bool* progressed) {
+  int reposts[kIbMaxQps] = {};
+  ibv_wc wc[kPollBatch];
+  for (;;) {
+    const int n = api_->pollCq(cq_, kPollBatch, wc);
+    if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", where().c_str());
+    for (int i = 0; i < n; ++i) COLL_TRY(handleCompletion(wc[i], reposts));
+    if (n > 0) *progressed = true;
+    if (n < kPollBatch) break;
+  }
+  uint64_t minRecv = UINT64_MAX;
+  for (int q = 0; q < nqps_; ++q) {
+    if (reposts[q] > 0) COLL_TRY(postRecvs(q, reposts[q]));
+    minRecv = std::min(minRecv, qps_[q].recvPos);
+  }
+  // A byte before every QP's next position has arrived: each QP moves only through its own chunks.
+  received_ = minRecv;
+  // The credit block is written by the peer's HCA at any time; each word only grows.
+  const uint64_t consumed = credit_[0];
+  if (consumed != peerConsumed_) {
+    if (consumed < peerConsumed_ || consumed > posted_) {
+      return protocolError("consumed position out of range (reported, posted)", consumed, posted_);
+    }
+    peerConsumed_ = consumed;
+  }
+  for (int q = 0; q < nqps_; ++q) {
+    const uint64_t done = credit_[1 + q];
+    Qp& Q = qps_[q];
+    if (done != Q.peerRecvsDone) {
+      if (done < Q.peerRecvsDone || done > Q.immWrites) {
+        return protocolError("receives done out of range (reported, written)", done, Q.immWrites);
+      }
+      Q.peerRecvsDone = done;
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return okStatus();
+}
+
+Status IbConnection::postRecvs(int q, int count) {
+  ibv_recv_wr wrs[kPollBatch];
+  while (count > 0) {
+    const int n = std::min(count, kPollBatch);
+    for (int i = 0; i < n; ++i) {
+      // Writes with immediate place their data themselves: the receive needs no buffer.
+      wrs[i] = ibv_recv_wr{};
+      wrs[i].wr_id = kRecvBit | static_cast<uint64_t>(q);
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    const int rc = api_->postRecv(qps_[q].qp, wrs, &bad);
+    if (rc != 0) {
+      return makeError(collSystemError, "%s: posting receives failed: %s", where().c_str(), errnoText(rc).c_str());
+    }
+    count -= n;
+  }
+  return okStatus();
+}
+
+Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_t length, uint64_t remoteAddr,
+                               uint32_t rkey, bool withImm, uint64_t streamStart, bool forceSignal) {
+  Qp& Q = qps_[q];
+  ++Q.unsignaledRun;
+  Q.unsignaledBytes += length;
+  // Selective signaling: a completion every signalEvery_ requests or per quarter ring of bytes,
+  // so the send queue and the staging ring are always freed by a later completion, and on the
+  // write that drains the committed bytes, so sendsFlushed() comes true.
+  const bool signaled =
+      forceSignal || Q.unsignaledRun >= signalEvery_ || Q.unsignaledBytes >= ring_ / (4 * nqps_);
+  ibv_sge sge{localAddr, length, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = (Q.postedWrs << 8) | (withImm ? 0 : kCreditBit) | static_cast<uint64_t>(q);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  if (withImm) wr.imm_data = htonl(length);
+  wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (length <= maxInline_ ? IBV_SEND_INLINE : 0);
+  wr.wr.rdma.remote_addr = remoteAddr;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  const int rc = api_->postSend(Q.qp, &wr, &bad);
+  if (rc != 0) {
+    return makeError(collSystemError, "%s: posting an RDMA write of %u bytes failed: %s", where().c_str(), length,
+                     errnoText(rc).c_str());
+  }
+  if (signaled) Q.unsignaledRun = 0, Q.unsignaledBytes = 0, Q.signaledUpTo = Q.postedWrs + 1;
+  if (withImm) {
+    Q.inflight[(Q.inflightHead + Q.inflightCount) % Q.inflight.size()] = {Q.postedWrs, streamStart};
+    ++Q.inflightCount;
+    ++Q.immWrites;
+  }
+  ++Q.postedWrs;
+  return okStatus();
+}
+
+Status IbConnection::postData(bool* progressed) {
+  if (!closedReason_.ok()) return posted_ < committed_ ? closedReason_ : okStatus();
+  const uint64_t sendLimit = static_cast<uint64_t>(sendDepth_) - 1;  // one slot kept for credits
+  while (posted_ < committed_) {
+    const uint64_t chunkIndex = posted_ / chunk_;
+    const int q = static_cast<int>(chunkIndex % static_cast<uint64_t>(nqps_));
+    Qp& Q = qps_[q];
+    const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, peerConsumed_ + ring_});
+    if (end <= posted_) break;  // the peer's ring is full
+    if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
+    if (Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_)) break;
+    const uint64_t offset = posted_ & (ring_ - 1);
+    // The last write a QP gets from the committed bytes is signaled: each QP's completions free
+    // only its own writes, and sendsFlushed() needs them all.
+    const uint64_t nextOnQp = (end & (chunk_ - 1)) == 0 ? end + skip_ : end;
+    COLL_TRY(postWrite(q, reinterpret_cast<uint64_t>(sendRing_ + offset), sendMr_->lkey,
+                       static_cast<uint32_t>(end - posted_), peerRingAddr_ + offset, peerRingRkey_, true, posted_,
+                       nextOnQp >= committed_));
+    posted_ = end;
+    *progressed = true;
+  }
+  return okStatus();
+}
+
+Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool forceSignal) {
+  Qp& Q0 = qps_[0];
+  uint64_t inlineBlock[1 + kIbMaxQps];
+  const bool inl = creditBlockBytes_ <= maxInline_;
+  // Not inline: one source block per send-queue slot, so a block is not rewritten while queued.
+  uint64_t* block = inl ? inlineBlock : creditSrc_ + (Q0.postedWrs % static_cast<uint64_t>(sendDepth_)) * (1 + kIbMaxQps);
+  block[0] = consumed;
+  for (int q = 0; q < nqps_; ++q) block[1 + q] = useRecvsDone ? qps_[q].recvsDone : qps_[q].recvsPublished;
+  return postWrite(0, reinterpret_cast<uint64_t>(block), inl ? 0 : creditSrcMr_->lkey,
+                   static_cast<uint32_t>(creditBlockBytes_), peerCreditAddr_, peerCreditRkey_, false, 0, forceSignal);
+}
+
+Status IbConnection::publishCredits() {
+  // Batched: a quarter ring consumed, or half the receives posted here used up. Either way a
+  // sender blocked on credit always gets them (it is blocked only once one threshold is crossed).
+  bool due = consumed_ - consumedPublished_ >= ring_ / 4;
+  const uint64_t recvThreshold = static_cast<uint64_t>(std::max(1, recvDepth_ / 2));
+  for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
+  if (!due || !closedReason_.ok()) return okStatus();
+  Qp& Q0 = qps_[0];
+  if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();  // next time
+  COLL_TRY(postCreditBlock(consumed_, true, false));
+  consumedPublished_ = consumed_;
+  for (int q = 0; q < nqps_; ++q) qps_[q].recvsPublished = qps_[q].recvsDone;
+  ++creditWrites_;
+  return okStatus();
+}
+
+Status IbConnection::probePeer() {
+  // A rank that only waits for data would never notice a dead peer (it posts nothing that could
+  // fail): while idle, keep one signaled credit write in flight. It repeats values the peer
+  // already has, so a live peer ignores it; a dead one fails it after the HCA's retries.
+  Qp& Q0 = qps_[0];
+  if (!closedReason_.ok() || Q0.signaledUpTo > Q0.reapedWrs) return okStatus();
+  if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();
+  return postCreditBlock(consumedPublished_, false, true);
+}
+
+void IbConnection::updateSendDone() {
+  uint64_t done = posted_;
+  for (int q = 0; q < nqps_; ++q) {
+    const Qp& Q = qps_[q];
+    if (Q.inflightCount > 0) done = std::min(done, Q.inflight[Q.inflightHead].second);
+  }
+  sendDone_ = done;
+}
+
+Status IbConnection::progress(bool* progressed) {
+  bool any = false;
+  if (error_.ok() && device_->failed()) setError(device_->failure());
+  if (error_.ok()) {
+    Status st = pollCompletions(&any);
+    if (st.ok()) st = postData(&any);
+    if (st.ok()) st = publishCredits();
+    setError(st);
+    updateSendDone();
+  }
+  if (!error_.ok()) {
+    notifyPeerOnce();
+    return error_;
+  }
+  if (progressed != nullptr) *progressed = any;
+  return okStatus();
+}
+
+Status IbConnection::checkHealth() {
+  if (error_.ok()) device_->pollAsyncEvents();
+  if (error_.ok() && device_->failed()) setError(device_->failure());
+  if (error_.ok()) {
+    bool any = false;
+    Status st = pollCompletions(&any);
+    if (st.ok()) st = probePeer();
+    setError(st);
+  }
+  if (error_.ok()) {
+    std::vector<uint8_t> notice;
+    if (bootstrap_->recv(peer_, kIbTagFailure, &notice, 1024, Deadline::afterMs(0)).ok()) {
+      std::string text(notice.begin(), notice.end());
+      for (char& ch : text)
+        if (ch < 0x20 || ch > 0x7e) ch = '?';
+      peerNotified_ = true;  // it knows
+      setError(makeError(collRemoteError, "%s: rank %d reported that its ib connection to this rank failed: %s",
+                         device_->name().c_str(), peer_, text.c_str()));
+    }
+  }
+  if (!error_.ok()) {
+    notifyPeerOnce();
+    return error_;
+  }
+  return closedReason_;
+}
+
+bool IbConnection::creditBlocked() const {
+  if (posted_ >= committed_ || !error_.ok()) return false;
+  if (peerConsumed_ + ring_ <= posted_) return true;
+  const Qp& Q = qps_[(posted_ / chunk_) % static_cast<uint64_t>(nqps_)];
+  return Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_);
+}
+
+bool IbConnection::armAndPoll() {
+  if (!error_.ok()) return true;
+  if (!armed_) {
+    const int rc = api_->reqNotifyCq(cq_, 0);
+    if (rc != 0) {
+      setError(makeError(collSystemError, "%s: arming the completion queue failed: %s", where().c_str(),
+                         errnoText(rc).c_str()));
+      return true;
+    }
+    armed_ = true;
+  }
+  // A completion that arrived before the arming raises no event: look once more.
+  bool any = false;
+  Status st = pollCompletions(&any);
+  if (!st.ok()) {
+    setError(st);
+    return true;
+  }
+  updateSendDone();
+  return any;
+}
+
+}  // namespace coll

@@ -1,0 +1,383 @@
+// ibverbs device discovery: COLL_IB_HCA parsing, the active port and its GID (RoCE v2 preferred,
+// LID addressing on InfiniBand), the opened device with its async events, and ibAvailable().
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "transports/ib/ib_transport.h"
+#include "transports/net.h"
+
+namespace coll {
+
+namespace {
+
+bool readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+void setNonBlocking(int fd) {
+  if (fd < 0) return;
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+const char* portStateName(ibv_port_state s) {
+  switch (s) {
+    case IBV_PORT_NOP: return "NOP";
+    case IBV_PORT_DOWN: return "DOWN";
+    case IBV_PORT_INIT: return "INIT";
+    case IBV_PORT_ARMED: return "ARMED";
+    case IBV_PORT_ACTIVE: return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+  }
+  return "?";
+}
+
+bool gidIsZero(const ibv_gid& g) {
+  for (uint8_t b : g.raw)
+    if (b != 0) return false;
+  return true;
+}
+
+bool gidIsIpv4Mapped(const ibv_gid& g) {
+  for (int i = 0; i < 10; ++i)
+    if (g.raw[i] != 0) return false;
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
+bool gidIsLinkLocal(const ibv_gid& g) { return g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80; }
+
+const char* gidTypeName(ibv_gid_type t) {
+  switch (t) {
+    case IBV_GID_TYPE_IB: return "IB";
+    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+  }
+  return "?";
+}
+
+// RoCE: the GID to use. Preference: RoCE v2 with an IPv4-mapped address (routable, what NCCL
+// picks), RoCE v2 global IPv6, RoCE v2 link-local, then RoCE v1.
+Status selectGid(const VerbsApi& api, ibv_context* ctx, const std::string& dev, int port, int tableLen, int forced,
+                 IbPortInfo* info) {
+  if (forced >= 0) {
+    ibv_gid gid{};
+    ibv_gid_type type = IBV_GID_TYPE_ROCE_V2;
+    if (forced >= tableLen || api.queryGid(ctx, static_cast<uint8_t>(port), forced, &gid) != 0 || gidIsZero(gid)) {
+      return makeError(collInvalidUsage, "COLL_IB_GID_INDEX=%d: %s:%d has no GID at that index (table of %d); "
+                       "see `show_gids` or unset COLL_IB_GID_INDEX", forced, dev.c_str(), port, tableLen);
+    }
+    if (api.queryGidType(ctx, static_cast<uint8_t>(port), forced, &type) != 0) type = IBV_GID_TYPE_ROCE_V2;
+    info->gidIndex = forced;
+    info->gid = gid;
+    info->gidType = gidTypeName(type);
+    return okStatus();
+  }
+  int best = -1, bestScore = -1;
+  for (int i = 0; i < tableLen; ++i) {
+    ibv_gid gid{};
+    ibv_gid_type type;
+    if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &gid) != 0 || gidIsZero(gid)) continue;
+    if (api.queryGidType(ctx, static_cast<uint8_t>(port), i, &type) != 0) continue;
+    int score = 0;
+    if (type == IBV_GID_TYPE_ROCE_V2) score = gidIsIpv4Mapped(gid) ? 4 : gidIsLinkLocal(gid) ? 2 : 3;
+    else if (type == IBV_GID_TYPE_ROCE_V1) score = 1;
+    if (score > bestScore) {
+      bestScore = score;
+      best = i;
+      info->gid = gid;
+      info->gidType = gidTypeName(type);
+    }
+  }
+  if (best < 0) {
+    return makeError(collSystemError, "no RDMA device usable: %s:%d (RoCE) has no GID; give the interface an IP "
+                     "address or set COLL_IB_GID_INDEX", dev.c_str(), port);
+  }
+  info->gidIndex = best;
+  return okStatus();
+}
+
+}  // namespace
+
+bool IbHcaFilter::matches(const std::string& device, int port) const {
+  if (entries.empty()) return true;
+  bool hit = false;
+  for (const IbHcaEntry& e : entries) {
+    const bool nameOk = exact ? device == e.name : device.compare(0, e.name.size(), e.name) == 0;
+    if (nameOk && (e.port < 0 || e.port == port)) {
+      hit = true;
+      break;
+    }
+  }
+  return exclude ? !hit : hit;
+}
+
+Status parseIbHcaList(const std::string& text, IbHcaFilter* out) {
+  IbHcaFilter f;
+  size_t i = 0;
+  if (i < text.size() && text[i] == '^') f.exclude = true, ++i;
+  if (i < text.size() && text[i] == '=') f.exact = true, ++i;
+  std::string rest = text.substr(i);
+  auto bad = [&](const char* why) {
+    return makeError(collInvalidUsage, "COLL_IB_HCA=%s: %s (expected e.g. mlx5_0:1,mlx5_1, ^mlx5_2 or =mlx5_0)",
+                     text.c_str(), why);
+  };
+  if (rest.empty()) {
+    if (f.exclude || f.exact) return bad("no device after ^ or =");
+    *out = f;
+    return okStatus();
+  }
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t comma = rest.find(',', start);
+    if (comma == std::string::npos) comma = rest.size();
+    std::string item = rest.substr(start, comma - start);
+    // Surrounding blanks are a typing slip, not part of a device name.
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.erase(item.begin());
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.pop_back();
+    if (item.empty()) return bad("empty entry");
+    IbHcaEntry e;
+    size_t colon = item.find(':');
+    e.name = item.substr(0, colon);
+    if (e.name.empty()) return bad("an entry without a device name");
+    if (e.name.find_first_of("^=") != std::string::npos) return bad("^ and = go once, before the whole list");
+    if (colon != std::string::npos) {
+      std::string p = item.substr(colon + 1);
+      if (p.empty() || p.size() > 3 || p.find_first_not_of("0123456789") != std::string::npos) return bad("bad port");
+      e.port = std::stoi(p);
+      if (e.port < 1 || e.port > 255) return bad("port out of range 1..255");
+    }
+    f.entries.push_back(e);
+    start = comma + 1;
+    if (comma == rest.size()) break;
+  }
+  *out = std::move(f);
+  return okStatus();
+}
+
+IbOptions ibOptionsFromConfig() {
+  IbOptions o;
+  o.hca = knobString("COLL_IB_HCA");
+  o.gidIndex = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_GID_INDEX"), -1, 1 << 20));
+  o.qps = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_QPS_PER_CONNECTION"), 1, kIbMaxQps));
+  o.trafficClass = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_TC"), 0, 255));
+  o.serviceLevel = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_SL"), 0, 15));
+  o.timeout = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_TIMEOUT"), 0, 31));
+  o.retryCount = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_RETRY_CNT"), 0, 7));
+  o.ringBytes = knobBytes("COLL_IB_STAGING_BYTES");
+  return o;
+}
+
+std::string IbPortInfo::describe() const {
+  std::string s = device + ":" + std::to_string(port) + " ";
+  if (ethernet) s += gidType + " (GID index " + std::to_string(gidIndex) + ")";
+  else s += "InfiniBand (LID " + std::to_string(lid) + ")";
+  return s;
+}
+
+Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared_ptr<IbDevice>* out) {
+  IbHcaFilter filter;
+  COLL_TRY(parseIbHcaList(options.hca, &filter));
+  int num = 0;
+  ibv_device** list = api.getDeviceList(&num);
+  if (list == nullptr || num <= 0) {
+    if (list) api.freeDeviceList(list);
+    return makeError(collSystemError, "no RDMA device (%s found none: check `ibv_devices`, that the HCA driver and "
+                     "the rdma kernel modules are loaded, or set up SoftRoCE with bench/softroce.sh up)", api.name);
+  }
+  std::string seen;  // for the error: every device and port looked at
+  std::shared_ptr<IbDevice> dev(new IbDevice(api));
+  for (int d = 0; d < num && dev->context_ == nullptr; ++d) {
+    const char* rawName = api.getDeviceName(list[d]);
+    const std::string name = rawName ? rawName : "?";
+    ibv_context* ctx = api.openDevice(list[d]);
+    if (ctx == nullptr) {
+      seen += (seen.empty() ? "" : ", ") + name + " (cannot open)";
+      continue;
+    }
+    ibv_device_attr attr{};
+    if (api.queryDevice(ctx, &attr) != 0) {
+      seen += (seen.empty() ? "" : ", ") + name + " (query failed)";
+      api.closeDevice(ctx);
+      continue;
+    }
+    for (int port = 1; port <= attr.phys_port_cnt; ++port) {
+      ibv_port_attr pa{};
+      if (api.queryPort(ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
+      std::string label = name + ":" + std::to_string(port);
+      if (!filter.matches(name, port)) {
+        seen += (seen.empty() ? "" : ", ") + label + " (excluded by COLL_IB_HCA)";
+        continue;
+      }
+      if (pa.state != IBV_PORT_ACTIVE) {
+        seen += (seen.empty() ? "" : ", ") + label + " " + portStateName(pa.state);
+        continue;
+      }
+      IbPortInfo info;
+      info.device = name;
+      info.port = port;
+      info.ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+      info.activeMtu = pa.active_mtu;
+      info.lid = pa.lid;
+      if (info.ethernet) {
+        Status st = selectGid(api, ctx, name, port, pa.gid_tbl_len, options.gidIndex, &info);
+        if (!st.ok()) {
+          if (options.gidIndex >= 0) {
+            api.closeDevice(ctx);
+            api.freeDeviceList(list);
+            return st;
+          }
+          seen += (seen.empty() ? "" : ", ") + label + " (no usable GID)";
+          continue;
+        }
+      } else {
+        if (info.lid == 0) {
+          seen += (seen.empty() ? "" : ", ") + label + " (InfiniBand without a LID: is the subnet manager running?)";
+          continue;
+        }
+        info.gidType = "IB";
+        info.gidIndex = 0;
+        (void)api.queryGid(ctx, static_cast<uint8_t>(port), 0, &info.gid);
+      }
+      dev->context_ = ctx;
+      dev->attr_ = attr;
+      dev->port_ = info;
+      break;
+    }
+    if (dev->context_ == nullptr) api.closeDevice(ctx);
+  }
+  api.freeDeviceList(list);
+  if (dev->context_ == nullptr) {
+    return makeError(collSystemError, "no RDMA device with an active port that COLL_IB_HCA%s%s admits (%s); check "
+                     "`ibv_devinfo` and COLL_IB_HCA", options.hca.empty() ? "" : "=", options.hca.c_str(),
+                     seen.c_str());
+  }
+  dev->pd_ = api.allocPd(dev->context_);
+  if (dev->pd_ == nullptr) {
+    return makeError(collSystemError, "%s: cannot allocate a protection domain (errno %d)", dev->name().c_str(), errno);
+  }
+  dev->channel_ = api.createCompChannel(dev->context_);
+  if (dev->channel_ == nullptr) {
+    return makeError(collSystemError, "%s: cannot create a completion channel (errno %d)", dev->name().c_str(), errno);
+  }
+  setNonBlocking(dev->channel_->fd);
+  setNonBlocking(dev->context_->async_fd);
+  dev->mrCache_ = std::make_unique<IbMrCache>(api, dev->pd_);
+  *out = std::move(dev);
+  return okStatus();
+}
+
+IbDevice::~IbDevice() {
+  mrCache_.reset();
+  if (channel_) api_.destroyCompChannel(channel_);
+  if (pd_) api_.deallocPd(pd_);
+  if (context_) api_.closeDevice(context_);
+}
+
+Status IbDevice::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void IbDevice::addConnection(IbConnection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.push_back(c);
+}
+
+void IbDevice::removeConnection(IbConnection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.erase(std::remove(connections_.begin(), connections_.end(), c), connections_.end());
+}
+
+void IbDevice::pollAsyncEvents() {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (readable(context_->async_fd)) {
+    ibv_async_event ev{};
+    if (api_.getAsyncEvent(context_, &ev) != 0) break;
+    switch (ev.event_type) {
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_DEVICE_FATAL: {
+        const bool portErr = ev.event_type == IBV_EVENT_PORT_ERR;
+        if (failure_.ok()) {
+          failure_ = makeError(collSystemError, "%s: %s (%s); check the link with `ibv_devinfo` or choose another "
+                               "port with COLL_IB_HCA", name().c_str(),
+                               portErr ? "the port went down" : "the device failed",
+                               portErr ? "IBV_EVENT_PORT_ERR" : "IBV_EVENT_DEVICE_FATAL");
+          failed_.store(true, std::memory_order_release);
+          COLL_WARN(-1, "%s", failure_.message().c_str());
+        }
+        for (IbConnection* c : connections_) c->fail(failure_);
+        break;
+      }
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_PATH_MIG_ERR:
+        for (IbConnection* c : connections_) {
+          if (c->ownsQp(ev.element.qp)) {
+            c->fail(makeError(collRemoteError, "%s: queue pair to rank %d failed (async event %d); check that "
+                              "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)", name().c_str(),
+                              c->peer(), static_cast<int>(ev.event_type)));
+          }
+        }
+        break;
+      case IBV_EVENT_CQ_ERR:
+        for (IbConnection* c : connections_) {
+          if (c->cq() == ev.element.cq) {
+            c->fail(makeError(collInternalError, "%s: completion queue of the connection to rank %d overflowed "
+                              "(IBV_EVENT_CQ_ERR)", name().c_str(), c->peer()));
+          }
+        }
+        break;
+      default:
+        COLL_INFO(-1, "%s: async event %d", name().c_str(), static_cast<int>(ev.event_type));
+        break;
+    }
+    api_.ackAsyncEvent(&ev);
+  }
+}
+
+void IbDevice::drainCqEvents() {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (readable(channel_->fd)) {
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    if (api_.getCqEvent(channel_, &cq, &ctx) != 0) break;
+    api_.ackCqEvents(cq, 1);
+    for (IbConnection* c : connections_) {
+      if (c->cq() == cq) c->onCqEvent();
+    }
+  }
+}
+
+bool IbDevice::prepareSleep(std::vector<pollfd>* fds) {
+  pollAsyncEvents();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sleepScratch_.assign(connections_.begin(), connections_.end());
+  }
+  for (IbConnection* c : sleepScratch_) {
+    if (c->creditBlocked() || c->armAndPoll()) return false;
+  }
+  fds->push_back(pollfd{channel_->fd, POLLIN, 0});
+  fds->push_back(pollfd{context_->async_fd, POLLIN, 0});
+  return true;
+}
+
+bool ibAvailable(std::string* why) {
+  std::shared_ptr<IbDevice> dev;
+  Status st = IbDevice::open(activeVerbsApi(), ibOptionsFromConfig(), &dev);
+  if (!st.ok()) {
+    *why = st.message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace coll

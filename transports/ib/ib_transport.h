@@ -1,0 +1,303 @@
+// ibverbs transport internals: options and COLL_IB_HCA parsing, the opened device (port, GID,
+// protection domain, completion channel, async events), the registration cache and connections.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <poll.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/deadline.h"
+#include "core/status.h"
+#include "transports/ib/verbs_api.h"
+#include "transports/transport.h"
+
+namespace coll {
+
+// Bootstrap tags of the ib transport (0x4942 = "IB"): connection data, ready, failure notice.
+constexpr uint32_t kIbTagBase = 0x49420000u;
+constexpr uint32_t kIbTagInfo = kIbTagBase + 0;
+constexpr uint32_t kIbTagReady = kIbTagBase + 1;
+constexpr uint32_t kIbTagFailure = kIbTagBase + 2;
+constexpr int kIbMaxQps = 16;
+
+// COLL_IB_HCA: "mlx5_0:1,mlx5_1" (prefixes, optional port), "^..." excludes, "=..." matches whole
+// names; "^=..." does both. An empty filter matches everything.
+struct IbHcaEntry {
+  std::string name;
+  int port = -1;  // -1: any port
+};
+struct IbHcaFilter {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<IbHcaEntry> entries;
+  bool matches(const std::string& device, int port) const;
+};
+Status parseIbHcaList(const std::string& text, IbHcaFilter* out);
+
+struct IbOptions {
+  std::string hca;            // COLL_IB_HCA
+  int gidIndex = -1;          // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
+  int qps = 2;                // COLL_IB_QPS_PER_CONNECTION
+  int trafficClass = 0;       // COLL_IB_TC
+  int serviceLevel = 0;       // COLL_IB_SL
+  int timeout = 20;           // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
+  int retryCount = 7;         // COLL_IB_RETRY_CNT
+  uint64_t ringBytes = 4ull << 20;  // COLL_IB_STAGING_BYTES (rounded up to a power of two)
+  int sendDepth = 256;        // work requests per send queue
+  int recvDepth = 256;        // receives posted per QP
+  uint32_t maxInline = 128;   // asked for; the QP reports what it grants
+};
+IbOptions ibOptionsFromConfig();
+
+// What discovery chose.
+struct IbPortInfo {
+  std::string device;
+  int port = 0;
+  bool ethernet = false;  // RoCE (GID addressing); false: InfiniBand (LID addressing)
+  int gidIndex = -1;
+  ibv_gid gid{};
+  std::string gidType;    // "RoCE v2", "RoCE v1", "IB"
+  uint16_t lid = 0;
+  ibv_mtu activeMtu = IBV_MTU_1024;
+  std::string describe() const;  // "mlx5_0:1 RoCE v2 (GID index 3)"
+};
+
+// Registration cache: a buffer range is registered once and found again by address; evict()
+// (memory about to be freed) and the destructor deregister. dmabuf regions (GPU memory exported
+// by the CUDA driver) are cached by (fd, offset, length).
+class IbMrCache {
+ public:
+  IbMrCache(const VerbsApi& api, ibv_pd* pd) : api_(api), pd_(pd) {}
+  ~IbMrCache();
+  IbMrCache(const IbMrCache&) = delete;
+  IbMrCache& operator=(const IbMrCache&) = delete;
+
+  Status registerHost(void* addr, size_t length, int access, ibv_mr** out);
+  Status registerDmabuf(int fd, uint64_t offset, size_t length, uint64_t iova, int access, ibv_mr** out);
+  void evict(const void* addr, size_t length);  // every host region overlapping the range
+  void evictDmabuf(int fd);
+  size_t size() const;
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  struct Region {
+    uintptr_t end = 0;
+    int access = 0;
+    ibv_mr* mr = nullptr;
+  };
+  struct DmabufRegion {
+    int fd;
+    uint64_t offset;
+    size_t length;
+    int access;
+    ibv_mr* mr;
+  };
+  const VerbsApi& api_;
+  ibv_pd* pd_;
+  mutable std::mutex mu_;
+  std::map<uintptr_t, Region> host_;  // by start address
+  std::vector<DmabufRegion> dmabuf_;
+  uint64_t hits_ = 0;
+  uint64_t misses_ = 0;
+};
+
+class IbConnection;
+
+// One opened device port per communicator: context, protection domain, completion channel (one
+// fd for every connection's CQ), async events routed to the connections they concern.
+class IbDevice {
+ public:
+  // Discovery: the first active port that COLL_IB_HCA admits, and its GID. The error says what
+  // to check ("no RDMA device ...").
+  static Status open(const VerbsApi& api, const IbOptions& options, std::shared_ptr<IbDevice>* out);
+  ~IbDevice();
+  IbDevice(const IbDevice&) = delete;
+  IbDevice& operator=(const IbDevice&) = delete;
+
+  const VerbsApi& api() const { return api_; }
+  ibv_context* context() const { return context_; }
+  ibv_pd* pd() const { return pd_; }
+  ibv_comp_channel* channel() const { return channel_; }
+  const IbPortInfo& port() const { return port_; }
+  const ibv_device_attr& attr() const { return attr_; }
+  IbMrCache& mrCache() { return *mrCache_; }
+  std::string name() const { return port_.device + ":" + std::to_string(port_.port); }
+
+  // Set once the port went down or the device failed (async events): every connection fails.
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status failure() const;
+
+  void addConnection(IbConnection* c);
+  void removeConnection(IbConnection* c);
+  // Reads pending async events (non-blocking) and hands them to the connections they name.
+  void pollAsyncEvents();
+  // Reads pending completion-channel events (non-blocking), acknowledges them, re-arms nothing.
+  void drainCqEvents();
+  // The communicator's sleep: false when some connection can progress now.
+  bool prepareSleep(std::vector<pollfd>* fds);
+
+ private:
+  IbDevice(const VerbsApi& api) : api_(api) {}
+  const VerbsApi& api_;
+  ibv_context* context_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  IbPortInfo port_;
+  ibv_device_attr attr_{};
+  std::unique_ptr<IbMrCache> mrCache_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;  // connections_, failure_, async event handling
+  Status failure_;
+  std::vector<IbConnection*> connections_;
+  std::vector<IbConnection*> sleepScratch_;  // prepareSleep's copy (no allocation per sleep)
+};
+
+// A connection to one peer over `qps` RC queue pairs. The byte stream lives in a send staging ring
+// here and a receive ring at the peer of the same size R (a power of two); byte k of the stream is
+// at offset k mod R in both. It is cut into chunks of C bytes (C divides R); chunk i travels on
+// QP i mod qps as RDMA writes with immediate (the immediate is the write's length), so each QP
+// carries its chunks in order and the receiver advances per QP as over TCP's striped sockets.
+// Flow control: the receiver RDMA-writes its consumed position and, per QP, the receives it has
+// reposted into the sender's credit block; the sender never writes past consumed + R nor more
+// writes with immediate than the peer has receives posted.
+class IbConnection final : public Connection {
+ public:
+  ~IbConnection() override;
+  IbConnection(const IbConnection&) = delete;
+  IbConnection& operator=(const IbConnection&) = delete;
+
+  int peer() const override { return peer_; }
+  std::span<std::byte> sendSpace() override;
+  void sendCommit(size_t bytes) override { committed_ += bytes; }
+  std::span<const std::byte> recvData() override;
+  void recvConsume(size_t bytes) override { consumed_ += bytes; }
+  uint64_t sentBytes() const override { return committed_; }
+  uint64_t receivedBytes() const override { return consumed_; }
+  Status progress(bool* progressed) override;
+  Status checkHealth() override;
+  // Acknowledged by the peer's HCA, not merely posted: a connection torn down right after its
+  // last call must not abort writes still on the wire.
+  bool sendsFlushed() const override { return sendDone_ >= committed_ || !error_.ok(); }
+
+  int qps() const { return nqps_; }
+  uint64_t ringBytes() const { return ring_; }
+  uint64_t chunkBytes() const { return chunk_; }
+  uint32_t maxInline() const { return maxInline_; }
+  uint64_t creditWrites() const { return creditWrites_; }
+
+  // Sleep support (IbDevice::prepareSleep): a sender waiting for the peer's credit gets no
+  // completion event when it arrives, so it must not sleep; otherwise arm the CQ and poll once
+  // more (true: something arrived, do not sleep).
+  bool creditBlocked() const;
+  bool armAndPoll();
+  void onCqEvent() { armed_ = false; }
+  ibv_cq* cq() const { return cq_; }
+  bool ownsQp(const ibv_qp* qp) const;
+  // An async event (QP fatal, CQ error, port down) failed this connection.
+  void fail(const Status& status);
+
+ private:
+  friend Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, int peer,
+                          const IbOptions& options, Deadline deadline, std::unique_ptr<IbConnection>* out);
+  IbConnection() = default;
+
+  struct Qp {
+    ibv_qp* qp = nullptr;
+    uint64_t postedWrs = 0;     // work requests posted (data and credit)
+    uint64_t reapedWrs = 0;     // of them, known complete (signaled completion reaped)
+    uint64_t signaledUpTo = 0;  // 1 + sequence of the last signaled one
+    uint32_t unsignaledRun = 0;
+    uint64_t unsignaledBytes = 0;
+    uint64_t immWrites = 0;     // writes with immediate posted (consume a peer receive each)
+    uint64_t peerRecvsDone = 0; // receives the peer reported consumed and reposted
+    uint64_t recvPos = 0;       // stream position of the next byte this QP receives
+    uint64_t recvsDone = 0;     // receives consumed here (and reposted)
+    uint64_t recvsPublished = 0;
+    // Data writes not yet reaped: (WR sequence, stream start), oldest first, a ring of sendDepth.
+    std::vector<std::pair<uint64_t, uint64_t>> inflight;
+    size_t inflightHead = 0;
+    size_t inflightCount = 0;
+  };
+
+  void reap(Qp& Q, uint64_t seq);
+  Status pollCompletions(bool* progressed);
+  Status handleCompletion(const ibv_wc& wc, int* reposts);
+  Status postData(bool* progressed);
+  Status publishCredits();
+  Status probePeer();
+  Status postCreditBlock(uint64_t consumed, bool useRecvsDone, bool forceSignal);
+  Status postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_t length, uint64_t remoteAddr, uint32_t rkey,
+                   bool withImm, uint64_t streamStart, bool forceSignal);
+  Status postRecvs(int q, int count);
+  Status completionError(const ibv_wc& wc);
+  Status protocolError(const char* what, unsigned long long a, unsigned long long b);
+  void setError(const Status& status);
+  void notifyPeerOnce();
+  std::string where() const;  // "mlx5_0:1 to rank 3"
+  void updateSendDone();
+
+  std::shared_ptr<IbDevice> device_;
+  Bootstrap* bootstrap_ = nullptr;
+  const VerbsApi* api_ = nullptr;
+  int peer_ = -1;
+  int nqps_ = 0;
+  std::vector<Qp> qps_;
+  std::vector<ibv_qp*> unusedQps_;  // created beyond what the peer agreed to
+  ibv_cq* cq_ = nullptr;
+  bool armed_ = false;
+  int cqEntries_ = 0;
+  int sendDepth_ = 0;
+  int recvDepth_ = 0;      // receives posted per QP here
+  int peerRecvDepth_ = 0;  // and at the peer: the most writes with immediate in flight per QP
+  uint32_t signalEvery_ = 1;
+  uint32_t maxInline_ = 0;
+  IbOptions options_;
+
+  uint64_t ring_ = 0;   // R
+  uint64_t chunk_ = 0;  // C
+  uint64_t skip_ = 0;   // (qps - 1) * C: from the end of a chunk to the QP's next one
+  uint64_t ringAlloc_ = 0;      // bytes allocated for each ring (at least ring_)
+  size_t creditSrcBytes_ = 0;
+  std::byte* sendRing_ = nullptr;
+  std::byte* recvRing_ = nullptr;
+  ibv_mr* sendMr_ = nullptr;
+  ibv_mr* recvMr_ = nullptr;
+  // Credit block written here by the peer: [0] its consumed position, [1 + q] its receives done.
+  volatile uint64_t* credit_ = nullptr;
+  ibv_mr* creditMr_ = nullptr;
+  // Sources of credit writes when they cannot go inline: one block per send-queue slot of QP 0.
+  uint64_t* creditSrc_ = nullptr;
+  ibv_mr* creditSrcMr_ = nullptr;
+  size_t creditBlockBytes_ = 0;
+  uint64_t peerRingAddr_ = 0;
+  uint32_t peerRingRkey_ = 0;
+  uint64_t peerCreditAddr_ = 0;
+  uint32_t peerCreditRkey_ = 0;
+
+  uint64_t committed_ = 0;
+  uint64_t posted_ = 0;     // every byte before this was handed to the HCA
+  uint64_t sendDone_ = 0;   // every byte before this was read by the HCA (send ring reusable)
+  uint64_t peerConsumed_ = 0;
+  uint64_t consumed_ = 0;
+  uint64_t received_ = 0;
+  uint64_t consumedPublished_ = 0;
+  uint64_t creditWrites_ = 0;
+  Status error_;          // sticky: progress() and checkHealth() fail with it
+  Status closedReason_;   // the peer tore its end down; reported by checkHealth() only
+  bool peerNotified_ = false;
+};
+
+Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, int peer, const IbOptions& options,
+                 Deadline deadline, std::unique_ptr<IbConnection>* out);
+
+}  // namespace coll
