@@ -68,7 +68,11 @@ bool CollBackend::issue(const CollCall& c, collStream_t stream, std::string* err
   }
   collResult_t res = collSuccess;
   switch (c.coll) {
-    case PerfColl::AllReduce: res = collAllReduce(c.send, c.recv, c.count, c.type, op, comm_, stream); break;
+    case PerfColl::AllReduce:
+      res = c.compress != nullptr
+                ? collAllReduceCompressed(c.send, c.recv, c.count, c.type, op, c.compress, c.residual, comm_, stream)
+                : collAllReduce(c.send, c.recv, c.count, c.type, op, comm_, stream);
+      break;
     case PerfColl::AllGather:
       res = collAllGather(c.send, c.recv, c.count, c.type, comm_, stream);
       break;
@@ -113,6 +117,16 @@ bool CollBackend::issue(const CollCall& c, collStream_t stream, std::string* err
     }
   }
   return res == collSuccess;
+}
+
+bool CollBackend::traffic(PerfTraffic* out) {
+  collCommStats_t st;
+  if (collCommGetStats(comm_, &st) != collSuccess) return false;
+  out->wireBytes = st.wireBytes;
+  out->compressedWireBytes = st.compressedWireBytes;
+  out->compressedCalls = st.compressedCalls;
+  out->uncompressedFallbacks = st.uncompressedFallbacks;
+  return true;
 }
 
 bool CollBackend::barrier(std::string* error) {

@@ -26,6 +26,7 @@ class CollBackend : public PerfBackend {
   bool openStream(std::string* error) override;
   bool enqueue(const CollCall& call, std::string* error) override;
   bool synchronize(std::string* error) override;
+  bool traffic(PerfTraffic* out) override;
 
  private:
   bool issue(const CollCall& call, collStream_t stream, std::string* error);

@@ -53,6 +53,10 @@ struct CollCall {
   collDataType_t type = collFloat32;
   collRedOp_t op = collSum;
   int root = -1;
+  // All-Reduce only: not null = collAllReduceCompressed with this configuration and residual
+  // (null or count floats).
+  const collCompression_t* compress = nullptr;
+  void* residual = nullptr;
 };
 
 // The call with NCCL's pointers for `inPlace` over buffers of at least shape.extent() elements

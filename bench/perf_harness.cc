@@ -67,6 +67,15 @@ void printUsage(FILE* out, const char* program) {
           "                        alone (comp) and both at once (both): overlap =\n"
           "                        (comm + comp - both) / min(comm, comp) in [0,1], 1 = hidden\n"
           "  -t, -g N              accepted for compatibility (must be 1)\n"
+          "      --compress SPEC   all_reduce through collAllReduceCompressed (libcollective):\n"
+          "                        SPEC = int4[:B][:stochastic][:feedback][:threshold], B block\n"
+          "                        size 32/64/128/256 [64]; feedback = a residual buffer (error\n"
+          "                        feedback); threshold = COLL_COMPRESS_MIN_BYTES decides which\n"
+          "                        sizes compress (else every size does). algbw/busbw count the\n"
+          "                        uncompressed size; extra columns wire(B), wire%%, relerr; #wrong\n"
+          "                        counts elements beyond the format's tolerance, not inexact ones\n"
+          "      --wire            extra columns: bytes sent per rank per call (wire(B)) and their\n"
+          "                        share of an uncompressed ring's 2(p-1)/p*size (wire%%)\n"
           "      --json FILE       also write the results as JSON (rank 0)\n"
           "  -h, --help            this text\n",
           program);
@@ -84,6 +93,7 @@ struct Placement {
   double algBw = 0;
   double busBw = 0;
   double wrong = -1;  // -1 = not checked
+  double relErr = -1;  // --compress: ||out - exact|| / ||exact||, the worst rank; -1 = not checked
 };
 
 // --stream: per-call times of the out-of-place collective and of the computation, alone and together.
@@ -101,6 +111,8 @@ struct Row {
   int root;  // -1 when the collective has none
   Placement oop, ip;
   Overlap overlap;
+  double wireBytes = -1;  // --wire: mean over ranks of the bytes one out-of-place call sent; -1 = none
+  double fallbackCalls = 0;  // --compress: timed calls that ran uncompressed (below minBytes)
   size_t bytes() const { return shape.extent() * typeSize(type); }
 };
 
@@ -179,6 +191,20 @@ class Runner {
       if (rank_ == 0) fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", info_.name, opts_.root, nranks_);
       return 2;
     }
+    showWire_ = opts_.wire || opts_.compress.enabled;
+    if (opts_.compress.enabled && coll_ != PerfColl::AllReduce) {
+      if (rank_ == 0) fprintf(stderr, "%s: --compress applies to all_reduce only\n", info_.name);
+      return 2;
+    }
+    PerfTraffic probe;
+    if (showWire_ && !be_.traffic(&probe)) {
+      if (rank_ == 0) {
+        fprintf(stderr, "%s: --wire and --compress need traffic statistics, which the %s backend does not give\n",
+                info_.name, be_.name());
+      }
+      return 2;
+    }
+    compression_ = compressionConfig(opts_.compress);
     if (opts_.stream) {
       // Decided before any communication so that every rank leaves the same way.
       std::string why;
@@ -199,6 +225,8 @@ class Runner {
     }
     memset(send_.get(), 0, bufBytes);
     memset(recv_.get(), 0, bufBytes);
+    // Up to bufBytes / 2 elements (16-bit types), one float of residual each.
+    if (opts_.compress.feedback) residual_.assign(bufBytes / 2, 0.0f);
     if (opts_.timeoutSec > 0) signal(SIGALRM, onAlarm);
 
     // Collectives without an op run once per type (nccl-tests prints "none").
@@ -212,6 +240,7 @@ class Runner {
     for (collDataType_t type : opts_.types) {
       for (collRedOp_t op : ops) {
         std::string why = be_.unsupported(coll_, type, info_.reduces ? op : collSum);
+        if (why.empty() && opts_.compress.enabled) why = compressUnsupported(type, op);
         if (!why.empty()) {
           if (rank_ == 0) printf("# skipping %s %s on %s: %s\n", typeName(type), info_.reduces ? opName(op) : "none", be_.name(), why.c_str());
           continue;
@@ -236,6 +265,18 @@ class Runner {
   }
 
  private:
+  static std::string compressUnsupported(collDataType_t type, collRedOp_t op) {
+    if (type != collFloat32 && type != collFloat16 && type != collBfloat16) {
+      return "compression takes float32, float16 and bfloat16";
+    }
+    if (op != collSum && op != collAvg) return "compression supports sum and avg";
+    return {};
+  }
+
+  void clearResidual(size_t count) {
+    if (!residual_.empty()) std::fill(residual_.begin(), residual_.begin() + static_cast<long>(count), 0.0f);
+  }
+
   bool fail(const std::string& what, const std::string& error) {
     fprintf(stderr, "rank %d: %s failed: %s\n", rank_, what.c_str(), error.c_str());
     return false;
@@ -272,17 +313,40 @@ class Runner {
   bool syncStream(std::string* err) { return !opts_.stream || be_.synchronize(err); }
 
   CollCall callFor(const Row& row, bool inPlace) {
-    return makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_.get(), recv_.get());
+    CollCall c = makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_.get(), recv_.get());
+    if (opts_.compress.enabled) {
+      c.compress = &compression_;
+      c.residual = residual_.empty() ? nullptr : residual_.data();
+    }
+    return c;
   }
 
-  bool timed(const Row& row, bool inPlace, Placement* p) {
+  // Bytes this rank sent per timed call: from the compressed calls' own counters when all of them
+  // ran compressed, else everything the calls sent (uncompressed fallbacks, or --wire alone).
+  bool wirePerCall(const PerfTraffic& a, const PerfTraffic& b, Row* row) {
+    const double iters = std::max(opts_.iters, 1);
+    const unsigned long long calls = b.compressedCalls - a.compressedCalls;
+    const double local = opts_.compress.enabled && calls > 0 && calls == static_cast<unsigned long long>(opts_.iters)
+                             ? static_cast<double>(b.compressedWireBytes - a.compressedWireBytes) / static_cast<double>(calls)
+                             : static_cast<double>(b.wireBytes - a.wireBytes) / iters;
+    double sum = 0;
+    if (!reduceDouble(local, collSum, &sum)) return false;
+    row->wireBytes = sum / nranks_;
+    return reduceDouble(static_cast<double>(b.uncompressedFallbacks - a.uncompressedFallbacks), collMax,
+                        &row->fallbackCalls);
+  }
+
+  bool timed(Row& row, bool inPlace, Placement* p) {
     std::string err;
     const CollCall call = callFor(row, inPlace);
+    PerfTraffic before, after;
+    const bool countWire = showWire_ && !inPlace;
     for (int i = 0; i < opts_.warmup; ++i) {
       if (!issue(call, &err)) return fail(std::string("warm-up ") + info_.name, err);
     }
     if (!syncStream(&err)) return fail(std::string("warm-up ") + info_.name, err);
     if (!be_.barrier(&err)) return fail("barrier", err);
+    if (countWire) (void)be_.traffic(&before);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < opts_.iters; ++i) {
       if (!issue(call, &err)) return fail(std::string("timed ") + info_.name, err);
@@ -290,7 +354,9 @@ class Runner {
     }
     if (!syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     auto t1 = std::chrono::steady_clock::now();
+    if (countWire) (void)be_.traffic(&after);
     double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(opts_.iters, 1);
+    if (countWire && !wirePerCall(before, after, &row)) return false;
     if (!reduceTime(us, &p->timeUs)) return false;
     double bytes = algBytes(coll_, row.shape, typeSize(row.type), nranks_);
     p->algBw = p->timeUs > 0 ? bytes / (p->timeUs * 1e-6) / 1e9 : 0;
@@ -298,8 +364,49 @@ class Runner {
     return true;
   }
 
+  // --compress: one call on gradient-like inputs (a zero residual), checked against the float64
+  // reference within the format's tolerance (perf_compress.h); every rank must hold the same bits
+  // and, out of place, an untouched send buffer.
+  bool verifyCompressed(const Row& row, bool inPlace, Placement* p) {
+    std::string err;
+    const CollCall call = callFor(row, inPlace);
+    const size_t count = row.shape.count, bytes = count * typeSize(row.type);
+    const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
+    void* in = inPlace ? recv_.get() : send_.get();
+    fillCompressInput(in, count, row.type, rank_, seed);
+    if (!inPlace) memset(recv_.get(), 0xa5, bytes);
+    clearResidual(count);
+    if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
+    CompressCheck c = checkCompressed(recv_.get(), count, row.type, row.op, nranks_, opts_.compress, seed);
+    size_t wrong = c.wrong;
+    if (wrong > 0) {
+      fprintf(stderr, "rank %d: %s: %zu elements beyond the tolerance; first: %s\n", rank_,
+              inPlace ? "in-place" : "out-of-place", wrong, c.firstError.c_str());
+    }
+    if (!inPlace) {
+      std::vector<unsigned char> fresh(bytes);
+      fillCompressInput(fresh.data(), count, row.type, rank_, seed);
+      if (bytes > 0 && memcmp(fresh.data(), send_.get(), bytes) != 0) {
+        fprintf(stderr, "rank %d: out-of-place: the send buffer changed\n", rank_);
+        ++wrong;
+      }
+    }
+    const unsigned long long h = hashBytes(recv_.get(), bytes);
+    unsigned long long hmax = 0, hmin = 0;
+    if (!be_.allReduce(&h, &hmax, 1, collUint64, collMax, &err) || !be_.allReduce(&h, &hmin, 1, collUint64, collMin, &err))
+      return fail("all-reduce of a result hash", err);
+    if (hmax != hmin) {
+      fprintf(stderr, "rank %d: %s: ranks hold different results (hash %016llx)\n", rank_,
+              inPlace ? "in-place" : "out-of-place", h);
+      ++wrong;
+    }
+    if (!reduceDouble(c.relError, collMax, &p->relErr)) return false;
+    return reduceDouble(static_cast<double>(wrong), collSum, &p->wrong);
+  }
+
   // One separate call on fresh inputs; every rank checks its whole receive (and send) buffer.
   bool verify(const Row& row, bool inPlace, Placement* p) {
+    if (opts_.compress.enabled) return verifyCompressed(row, inPlace, p);
     std::string err, first;
     const CollCall call = callFor(row, inPlace);
     const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
@@ -342,6 +449,7 @@ class Runner {
   }
 
   bool runOne(Row* row) {
+    clearResidual(row->shape.count);
     if (!timed(*row, false, &row->oop)) return false;
     // After timed(): its warm-up calls keep connection set-up out of the overlap figures.
     if (opts_.stream && !measureOverlap(*row, &row->overlap)) return false;
@@ -366,6 +474,17 @@ class Runner {
     if (opts_.stepFactor > 1) printf("%g(factor)", opts_.stepFactor);
     else printf("%zu(bytes)", opts_.stepBytes);
     printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", opts_.warmup, opts_.iters, opts_.check);
+    if (opts_.compress.enabled) {
+      printf("# compress: %s through collAllReduceCompressed (%s); algbw/busbw on the uncompressed size\n"
+             "#   wire(B) = bytes one rank sends per call (mean over ranks, collCommGetStats), wire%% = of an\n"
+             "#   uncompressed ring's 2(p-1)/p*size; relerr = ||out - exact|| / ||exact|| vs float64 (worst rank);\n"
+             "#   #wrong = elements beyond the format's tolerance, ranks not bit-identical, send buffer changed\n",
+             compressSpecName(opts_.compress).c_str(),
+             opts_.compress.libraryThreshold ? "minBytes 0: COLL_COMPRESS_MIN_BYTES applies" : "minBytes 1: every size compressed");
+    } else if (showWire_) {
+      printf("# wire: wire(B) = bytes one rank sends per call (mean over ranks), wire%% = of an uncompressed\n"
+             "#   ring's 2(p-1)/p*size (shared-memory windows of the one-host direct algorithm are not counted)\n");
+    }
     if (opts_.stream) {
       printf("# stream: calls queued on a host stream (%s after each timed call); per size an overlap\n"
              "#   line: comm = collective alone, comp = busy loop sized to comm, both = queued collective\n"
@@ -383,10 +502,14 @@ class Runner {
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "",
            "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop", "root",
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count", "type", "redop", "root",
            "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "", "(us)",
+    if (showWire_) printf("  %10s  %6s", "wire", "wire%");
+    if (opts_.compress.enabled) printf("  %8s", "relerr");
+    printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)", "", "", "", "(us)",
            "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    if (showWire_) printf("  %10s  %6s", "(B)", "");
+    printf("\n");
     fflush(stdout);
     return true;
   }
@@ -402,7 +525,21 @@ class Runner {
       else snprintf(w, sizeof(w), "%.0f", p->wrong);
       printf("  %7s  %6.2f  %6.2f  %5s", formatTime(p->timeUs, t, sizeof(t)), p->algBw, p->busBw, w);
     }
+    if (showWire_) {
+      const double ring = ringWireBytes(static_cast<double>(row.bytes()), nranks_);
+      if (row.wireBytes >= 0) printf("  %10.0f  %6.2f", row.wireBytes, ring > 0 ? 100.0 * row.wireBytes / ring : 0.0);
+      else printf("  %10s  %6s", "N/A", "N/A");
+    }
+    if (opts_.compress.enabled) {
+      const double e = std::max(row.oop.relErr, row.ip.relErr);
+      if (e >= 0) printf("  %8.2e", e);
+      else printf("  %8s", "N/A");
+    }
     printf("\n");
+    if (row.fallbackCalls > 0) {
+      printf("#  %zu B ran uncompressed in %.0f of %d timed calls (below minBytes: COLL_COMPRESS_MIN_BYTES)\n",
+             row.bytes(), row.fallbackCalls, opts_.iters);
+    }
     if (row.overlap.commUs >= 0) {
       char c[32], p[32], b[32];
       printf("#  overlap %12zu B: comm %s us  comp %s us  both %s us  overlap %4.2f\n", row.bytes(),
@@ -447,6 +584,7 @@ class Runner {
     fprintf(f, ",\n  \"nranks\": %d,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %d,\n  \"average\": %d,\n",
             nranks_, opts_.iters, opts_.warmup, opts_.check, opts_.average);
     fprintf(f, "  \"stream\": %s,\n  \"blocking\": %d,\n", opts_.stream ? "true" : "false", opts_.blocking);
+    if (opts_.compress.enabled) fprintf(f, "  \"compress\": \"%s\",\n", compressSpecName(opts_.compress).c_str());
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < rows_.size(); ++i) {
       const Row& r = rows_[i];
@@ -459,6 +597,13 @@ class Runner {
                 ps[k]->timeUs, ps[k]->algBw, ps[k]->busBw);
         if (ps[k]->wrong < 0) fprintf(f, "null}");
         else fprintf(f, "%.0f}", ps[k]->wrong);
+      }
+      if (r.wireBytes >= 0) {
+        const double ring = ringWireBytes(static_cast<double>(r.bytes()), nranks_);
+        fprintf(f, ", \"wire_bytes_per_call\": %.1f, \"wire_fraction\": %.6f", r.wireBytes, ring > 0 ? r.wireBytes / ring : 0.0);
+      }
+      if (opts_.compress.enabled && std::max(r.oop.relErr, r.ip.relErr) >= 0) {
+        fprintf(f, ", \"rel_error\": %.6g", std::max(r.oop.relErr, r.ip.relErr));
       }
       if (r.overlap.commUs >= 0) {
         fprintf(f, ", \"overlap\": {\"comm_us\": %.4f, \"comp_us\": %.4f, \"both_us\": %.4f, \"fraction\": %.4f}",
@@ -479,6 +624,9 @@ class Runner {
   std::vector<Row> rows_;
   BusyLoop busy_;
   size_t units_ = 1;  // busy-loop units of the current size
+  bool showWire_ = false;
+  collCompression_t compression_{};
+  std::vector<float> residual_;  // --compress ...:feedback
 };
 
 }  // namespace
@@ -500,6 +648,10 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
     }
     if (key == "--stream" && !hasInline) {  // a switch: takes no value
       opts->stream = true;
+      continue;
+    }
+    if (key == "--wire" && !hasInline) {
+      opts->wire = true;
       continue;
     }
     if (!hasInline) {
@@ -565,6 +717,12 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
     } else if (key == "--stream") {
       if (!toInt(&iv)) return bad();
       opts->stream = iv != 0;
+    } else if (key == "--compress") {
+      std::string why;
+      if (!parseCompressSpec(val, &opts->compress, &why)) {
+        fprintf(stderr, "%s: --compress %s: %s\n", program, val.c_str(), why.c_str());
+        return 2;
+      }
     } else if (key == "--json" || key == "-J") {
       opts->jsonPath = val;
     } else {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/perf_colls.h"
+#include "bench/perf_compress.h"
 #include "collective/collective.h"
 
 namespace coll::perf {
@@ -27,6 +28,18 @@ struct PerfOptions {
   std::vector<collRedOp_t> ops{collSum};
   std::vector<collDataType_t> types{collFloat32};
   std::string jsonPath;
+  // --compress: collAllReduceCompressed instead of collAllReduce (all_reduce, libcollective only).
+  CompressSpec compress;
+  // --wire (implied by --compress): wire bytes per call and their fraction of an uncompressed ring's.
+  bool wire = false;
+};
+
+// Bytes a rank handed to transports (collCommGetStats), for the wire columns.
+struct PerfTraffic {
+  unsigned long long wireBytes = 0;
+  unsigned long long compressedWireBytes = 0;
+  unsigned long long compressedCalls = 0;
+  unsigned long long uncompressedFallbacks = 0;
 };
 
 // Parses nccl-tests' flags. Returns -1 to continue, else an exit code (0 after -h).
@@ -54,6 +67,8 @@ class PerfBackend {
     return false;
   }
   virtual bool synchronize(std::string*) { return true; }
+  // --wire / --compress: this rank's traffic so far; false when the backend cannot tell.
+  virtual bool traffic(PerfTraffic*) { return false; }
 
   bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
                  std::string* error) {

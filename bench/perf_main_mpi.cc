@@ -246,6 +246,18 @@ int main(int argc, char** argv) {
       MPI_Finalize();
       return 2;
     }
+    if (rc < 0 && (opts.compress.enabled || opts.wire)) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0) {
+        fprintf(stderr, "%s: %s is not supported by the MPI backend (MPI has no compressed All-Reduce and no "
+                "traffic statistics); run %.*s %s (libcollective) instead\n", program,
+                opts.compress.enabled ? "--compress" : "--wire", static_cast<int>(strlen(program) - 4), program,
+                opts.compress.enabled ? "--compress ..." : "--wire");
+      }
+      MPI_Finalize();
+      return 2;
+    }
     if (rc < 0) {
       MpiBackend backend;
       rc = runPerf(coll, opts, backend);

@@ -4,7 +4,7 @@ add_executable(collrun ${CMAKE_CURRENT_LIST_DIR}/collrun.cc)
 
 # Shared benchmark code: public API only, so MPI and libcollective backends run the same loop.
 add_library(coll_perf STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_data.cc ${CMAKE_CURRENT_LIST_DIR}/perf_colls.cc
-  ${CMAKE_CURRENT_LIST_DIR}/perf_harness.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/perf_harness.cc ${CMAKE_CURRENT_LIST_DIR}/perf_compress.cc)
 target_include_directories(coll_perf PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 # The libcollective backend, shared by the benchmarks and tests/mp.
 add_library(coll_perf_coll STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_backend_coll.cc)
