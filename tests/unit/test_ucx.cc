@@ -1,0 +1,319 @@
+// UCX transport: ranks as threads (each its own bootstrap, UCP context and worker) over UCX's tcp
+// and shared-memory transports: exact bytes both ways, transfers many times the ring, thousands of
+// small messages in flight, several peers at once, and a peer process that exits (an error, no hang).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stream_pump.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace coll {
+namespace {
+
+using testutil::patternByte;
+using testutil::pumpStream;
+
+UcxOptions options(const std::string& tls, uint64_t ring, uint64_t message, const char* protocol = "auto") {
+  UcxOptions o;
+  o.protocol = protocol;
+  o.config = ucxOptionsFromConfig().config;  // the default UCX settings, as in production
+  o.tls = tls;
+  o.ringBytes = ring;
+  o.messageBytes = message;
+  return o;
+}
+
+collUniqueId startRoot() {
+  SocketAddress bind;
+  EXPECT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
+  Secret secret{};
+  secret[0] = 9;
+  collUniqueId id{};
+  Status st = startBootstrapRoot(bind, &secret, &id);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return id;
+}
+
+// One rank: bootstrap, UCX net and a connection to every other rank.
+struct Rank {
+  std::unique_ptr<Bootstrap> bootstrap;
+  std::unique_ptr<UcxNet> net;
+  std::vector<std::unique_ptr<Connection>> conns;
+  Status setup(const collUniqueId& id, int rank, int n, const UcxOptions& o) {
+    Deadline deadline = Deadline::afterMs(20000);
+    COLL_TRY(Bootstrap::create(id, rank, n, 0x1234, deadline, &bootstrap));
+    COLL_TRY(UcxNet::create(*bootstrap, o, &net));
+    conns.resize(n);
+    for (int p = 0; p < n; ++p) {
+      if (p != rank) COLL_TRY(net->connect(p, deadline, &conns[p]));
+    }
+    return okStatus();
+  }
+  // Connections before the worker they use. Ranks tear down on their own threads: a closing
+  // endpoint's flush needs its peer to progress.
+  void teardown() {
+    conns.clear();
+    net.reset();
+  }
+  ~Rank() { teardown(); }
+};
+
+class UcxTls : public ::testing::TestWithParam<const char*> {};
+
+// Both directions at once, 24 MiB through a 256 KiB ring: random commit and consume sizes, the
+// ring wraps ~100 times, and messages up to 64 KiB go eager or rendezvous as UCX decides.
+TEST_P(UcxTls, BidirectionalManyTimesTheRing) {
+  collUniqueId id = startRoot();
+  Rank ranks[2];
+  Status results[2];
+  std::string errors[2];
+  bool ok[2] = {false, false};
+  bool healthy[2] = {false, false};
+  std::string describe[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 256 << 10, 64 << 10));
+      if (!results[r].ok()) return;
+      ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 24 << 20, 10 + r, 11 - r, r, 100000, &errors[r]);
+      healthy[r] = ranks[r].conns[1 - r]->checkHealth().ok();
+      describe[r] = ranks[r].net->describe();
+      ranks[r].teardown();
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+    EXPECT_TRUE(healthy[r]);
+  }
+  EXPECT_NE(describe[0].find("ucx "), std::string::npos) << describe[0];
+}
+
+// Each message protocol forced in turn (auto lets UCX choose by size): rendezvous receives land
+// in the ring by ucp_am_recv_data_nbx, eager ones are copied from UCX's buffer.
+TEST_P(UcxTls, EachProtocol) {
+  for (const char* protocol : {"rndv", "eager"}) {
+    collUniqueId id = startRoot();
+    Rank ranks[2];
+    Status results[2];
+    std::string errors[2];
+    bool ok[2] = {false, false};
+    std::string describe[2];
+    std::thread t[2];
+    for (int r = 0; r < 2; ++r) {
+      t[r] = std::thread([&, r] {
+        results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 512 << 10, 128 << 10, protocol));
+        if (!results[r].ok()) return;
+        describe[r] = ranks[r].net->describe();
+        ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 8 << 20, 40 + r, 41 - r, 9 + r, 300000, &errors[r]);
+        ranks[r].teardown();
+      });
+    }
+    for (auto& th : t) th.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(results[r].ok()) << protocol << " rank " << r << ": " << results[r].message();
+      EXPECT_TRUE(ok[r]) << protocol << " rank " << r << ": " << errors[r];
+      EXPECT_NE(describe[r].find(std::string("messages ") + protocol), std::string::npos) << describe[r];
+    }
+  }
+}
+
+// Tiny slices: thousands of messages, so the message window (not only the byte credit) fills
+// and refills, and rendezvous-sized ones (1 MiB ring, 512 KiB messages) interleave with them.
+TEST_P(UcxTls, ManySmallMessagesInFlight) {
+  collUniqueId id = startRoot();
+  Rank ranks[2];
+  Status results[2];
+  std::string errors[2];
+  bool ok[2] = {false, false};
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 1 << 20, 512 << 10));
+      if (!results[r].ok()) return;
+      // Rank 0 sends and consumes in slices of up to 24 bytes, rank 1 in slices up to 700 KiB.
+      ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 1 << 20, 30 + r, 31 - r, 5 + r, r == 0 ? 24 : 700000,
+                         &errors[r]);
+      ranks[r].teardown();
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+  }
+}
+
+// Three ranks, every pair at once (each rank pumps its peers in rank order, so pairs overlap and
+// one worker serves several connections).
+TEST_P(UcxTls, ThreeRanksAllPairs) {
+  collUniqueId id = startRoot();
+  constexpr int n = 3;
+  Rank ranks[n];
+  Status results[n];
+  std::string errors[n];
+  bool ok[n] = {};
+  std::thread t[n];
+  for (int r = 0; r < n; ++r) {
+    t[r] = std::thread([&, r] {
+      results[r] = ranks[r].setup(id, r, n, options(GetParam(), 128 << 10, 32 << 10));
+      if (!results[r].ok()) return;
+      ok[r] = true;
+      for (int p = 0; p < n && ok[r]; ++p) {
+        if (p == r) continue;
+        ok[r] = pumpStream(ranks[r].conns[p].get(), 3 << 20, 100 * r + p, 100 * p + r, r, 50000, &errors[r]);
+      }
+      ranks[r].teardown();
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTls, ::testing::Values("tcp", "sm", "posix,self,cma"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) if (c == ',') c = '_';
+                           return s;
+                         });
+
+// A peer process that exits mid-stream: the survivor's checkHealth fails naming the peer within
+// seconds (UCX peer failure over tcp; the pid watch over shared memory), and nothing hangs.
+class UcxPeerExit : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(UcxPeerExit, SurvivorGetsAnError) {
+  collUniqueId id = startRoot();
+  const UcxOptions o = options(GetParam(), 256 << 10, 64 << 10);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Rank 1: connect, send 1 MiB, leave without any teardown.
+    Rank r;
+    if (!r.setup(id, 1, 2, o).ok()) _exit(3);
+    Connection* c = r.conns[0].get();
+    uint64_t sent = 0;
+    auto start = std::chrono::steady_clock::now();
+    while (sent < (1u << 20) && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      auto space = c->sendSpace();
+      if (!space.empty()) {
+        size_t n = std::min<size_t>(space.size(), (1u << 20) - sent);
+        for (size_t i = 0; i < n; ++i) space[i] = std::byte{patternByte(sent + i, 1)};
+        c->sendCommit(n);
+        sent += n;
+      }
+      bool progressed = false;
+      (void)c->progress(&progressed);
+      auto data = c->recvData();
+      if (!data.empty()) c->recvConsume(data.size());
+    }
+    _exit(0);
+  }
+  Rank me;
+  Status st = me.setup(id, 0, 2, o);
+  ASSERT_TRUE(st.ok()) << st.message();
+  Connection* c = me.conns[1].get();
+  // Expect far more than the child sends: the stream can only end in an error.
+  uint64_t received = 0;
+  bool reaped = false;
+  Status health;
+  auto start = std::chrono::steady_clock::now();
+  auto lastCheck = start;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(15)) {
+    bool progressed = false;
+    Status p = c->progress(&progressed);
+    ASSERT_TRUE(p.ok()) << "progress fails only on protocol errors: " << p.message();
+    auto data = c->recvData();
+    if (!data.empty()) {
+      for (size_t i = 0; i < data.size(); ++i) {
+        ASSERT_EQ(data[i], std::byte{patternByte(received + i, 1)}) << "at " << received + i;
+      }
+      c->recvConsume(data.size());
+      received += data.size();
+    }
+    if (!reaped) reaped = waitpid(child, nullptr, WNOHANG) == child;  // a zombie's pid still exists
+    if (std::chrono::steady_clock::now() - lastCheck > std::chrono::milliseconds(100)) {
+      lastCheck = std::chrono::steady_clock::now();
+      health = c->checkHealth();
+      if (!health.ok()) break;
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!reaped) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(health.ok()) << "no error " << seconds << " s after the peer exited (received " << received << ")";
+  EXPECT_EQ(health.code(), collRemoteError);
+  EXPECT_NE(health.message().find("rank 1"), std::string::npos) << health.message();
+  EXPECT_LT(seconds, 12.0);
+  EXPECT_LE(received, 1u << 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxPeerExit, ::testing::Values("tcp", "sm"));
+
+TEST(Ucx, AvailableHereWithoutRdma) {
+  bool rdma = true;
+  std::string why;
+  EXPECT_TRUE(ucxAvailable(&rdma, &why)) << why;
+  // This machine (and CI) has no RDMA device: the automatic choice must stay tcp.
+  EXPECT_FALSE(rdma);
+}
+
+TEST(Ucx, BadTlsIsAnError) {
+  collUniqueId id = startRoot();
+  Rank r;
+  Status st = r.setup(id, 0, 1, options("no_such_transport", 1 << 20, 1 << 16));
+  EXPECT_FALSE(st.ok());
+}
+
+TEST(Ucx, BadProtocolIsAnError) {
+  collUniqueId id = startRoot();
+  Rank r;
+  Status st = r.setup(id, 0, 1, options("tcp", 1 << 20, 1 << 16, "fast"));
+  EXPECT_EQ(st.code(), collInvalidUsage) << st.message();
+}
+
+TEST(Ucx, BadConfigIsAnError) {
+  collUniqueId id = startRoot();
+  Rank r;
+  UcxOptions o = options("tcp", 1 << 20, 1 << 16);
+  o.config = "TCP_SNDBUF";
+  Status st = r.setup(id, 0, 1, o);
+  EXPECT_EQ(st.code(), collInvalidUsage) << st.message();
+}
+
+TEST(Ucx, OptionsFromConfig) {
+  setenv("COLL_UCX_TLS", "tcp", 1);
+  setenv("COLL_UCX_RING_BYTES", "100000", 1);
+  setenv("COLL_UCX_MESSAGE_BYTES", "16M", 1);
+  UcxOptions o = ucxOptionsFromConfig();
+  EXPECT_EQ(o.tls, "tcp");
+  EXPECT_EQ(o.ringBytes % 64, 0u);
+  EXPECT_GE(o.ringBytes, 100000u);
+  EXPECT_LE(o.messageBytes, o.ringBytes);
+  unsetenv("COLL_UCX_TLS");
+  unsetenv("COLL_UCX_RING_BYTES");
+  unsetenv("COLL_UCX_MESSAGE_BYTES");
+  o = ucxOptionsFromConfig();
+  EXPECT_EQ(o.ringBytes, 4u << 20);
+  EXPECT_EQ(o.messageBytes, 512u << 10);
+  EXPECT_EQ(o.protocol, "auto");
+  EXPECT_NE(o.config.find("SNDBUF"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coll

@@ -1,0 +1,233 @@
+// UCX transport (UCP active messages): one context and worker per communicator, an endpoint per
+// peer, and connections that keep the executor's byte-stream semantics over ring buffers.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/deadline.h"
+#include "core/status.h"
+#include "transports/net.h"
+#include "transports/transport.h"
+
+namespace coll {
+
+// Bootstrap tags of the worker-address exchange (0x5543 = "UC").
+constexpr uint32_t kUcxTagBase = 0x55430000u;
+// Active-message ids and header magics of the data stream and of the credits returned.
+constexpr unsigned kUcxAmData = 0x4c43;
+constexpr unsigned kUcxAmCredit = 0x4c44;
+constexpr uint32_t kDataMagic = 0x55434461u;    // "UCDa"
+constexpr uint32_t kCreditMagic = 0x55434372u;  // "UCCr"
+
+struct UcxOptions {
+  std::string tls;                       // COLL_UCX_TLS; empty = UCX's own choice
+  uint64_t ringBytes = 4ull << 20;       // COLL_UCX_RING_BYTES (each of send and receive)
+  uint64_t messageBytes = 512ull << 10;  // COLL_UCX_MESSAGE_BYTES
+  std::string protocol = "auto";          // COLL_UCX_PROTOCOL: auto, eager or rndv
+  std::string config;                     // COLL_UCX_CONFIG: NAME=VALUE;... for ucp_config_modify
+  bool configIsDefault = true;            // COLL_UCX_CONFIG unset: its default tunes UCX's tcp only
+};
+UcxOptions ucxOptionsFromConfig();
+
+class UcxConnection;
+
+// The UCX net: what one communicator owns (context, worker, its address, the endpoints' owners).
+class UcxNet final : public NetTransport {
+ public:
+  static Status create(Bootstrap& bootstrap, const UcxOptions& options, std::unique_ptr<UcxNet>* out);
+  ~UcxNet() override;
+  UcxNet(const UcxNet&) = delete;
+  UcxNet& operator=(const UcxNet&) = delete;
+
+  NetKind kind() const override { return NetKind::Ucx; }
+  std::string describe() const override;
+  Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override;
+  bool prepareSleep(std::vector<pollfd>* fds) override;
+
+  // Drives the worker at most once per round over the connections (see UcxConnection::progress).
+  void progressWorker(uint64_t* seenRound);
+  ucp_worker_h worker() const { return worker_; }
+  ucp_context_h context() const { return context_; }
+  // The transports UCX selected for this context ("tcp,posix,sysv,cma,self").
+  const std::string& transports() const { return transports_; }
+  // The lower rank of a pair: takes the peer's reply if it arrived and creates the endpoint.
+  Status pollReply(UcxConnection* conn, bool* ready);
+  // Takes over a closing connection's endpoint: flushed (when healthy) and closed with the net.
+  void retire(ucp_ep_h ep, bool flush);
+  void forget(int peer) { if (peer >= 0 && peer < static_cast<int>(byRank_.size())) byRank_[peer] = nullptr; }
+
+ private:
+  UcxNet(Bootstrap& bootstrap, const UcxOptions& options) : bootstrap_(bootstrap), options_(options) {}
+  static ucs_status_t onData(void* arg, const void* header, size_t headerLength, void* data, size_t length,
+                             const ucp_am_recv_param_t* param);
+  static ucs_status_t onCredit(void* arg, const void* header, size_t headerLength, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
+  UcxConnection* lookup(const void* header, size_t headerLength, size_t expected);
+  static void endpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  Status sendHello(int peer, uint64_t ring, uint64_t message, Deadline deadline);
+  Status createEndpoint(UcxConnection* conn, int peer, const std::string& peerName, const uint8_t* address,
+                        ucp_ep_h* out);
+
+  Bootstrap& bootstrap_;
+  UcxOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_address_t* address_ = nullptr;
+  size_t addressLength_ = 0;
+  int eventFd_ = -1;
+  bool peerFailureCapable_ = false;  // a selected transport can report a peer's failure
+  uint32_t sendFlags_ = 0;           // from COLL_UCX_PROTOCOL
+  uint64_t round_ = 1;
+  std::string transports_;
+  std::vector<UcxConnection*> byRank_;  // connections by peer rank, for the message handlers
+  struct EndpointOwner {
+    UcxNet* net;
+    int peer;
+  };
+  std::vector<EndpointOwner> owners_;  // error-handler arguments, one per rank
+  struct Retired {
+    ucp_ep_h ep;
+    ucs_status_ptr_t request;  // its flush, or null
+  };
+  std::vector<Retired> retired_;
+};
+
+// A connection to one peer. Data is sent as active messages from the send ring at the same ring
+// position it lands at in the receiver's ring, so bytes never move between the two rings' slots.
+class UcxConnection final : public Connection {
+ public:
+  // Header of a data message: the stream position and length of its bytes, and its sequence
+  // number (messages may complete out of order: a rendezvous one after a later eager one).
+  struct DataHeader {
+    uint32_t magic;
+    int32_t rank;  // the sender
+    uint64_t seq;
+    uint64_t pos;
+    uint64_t len;
+  };
+  // Header of a credit message: how far the receiver consumed, and how many messages it has.
+  struct CreditHeader {
+    uint32_t magic;
+    int32_t rank;
+    uint64_t consumed;
+    uint64_t messages;
+  };
+  // The most messages a sender has outstanding that the receiver has not yet completed.
+  static constexpr uint64_t kMaxMessages = 256;
+  static constexpr uint64_t kMaxSends = 64;  // send requests in flight
+  static constexpr int kCreditSlots = 8;
+
+  // watchPid: the peer's process when it runs on this host (0 otherwise), checked by checkHealth.
+  UcxConnection(UcxNet& net, int rank, int peer, std::string peerName, int32_t watchPid);
+  ~UcxConnection() override;
+  UcxConnection(const UcxConnection&) = delete;
+  UcxConnection& operator=(const UcxConnection&) = delete;
+
+  // Allocates and registers the rings; both ends use the same sizes.
+  Status allocate(uint64_t ringBytes, uint64_t messageBytes);
+  // UCP_AM_SEND_FLAG_EAGER / _RNDV for data messages, or 0 to let UCX choose by size.
+  void setSendFlags(uint32_t flags) { sendFlags_ = flags; }
+  // The endpoint to the peer (the lower rank of a pair gets it after connect returned).
+  void setEndpoint(ucp_ep_h ep) { ep_ = ep; }
+  uint64_t ringBytes() const { return ring_; }
+  uint64_t messageBytes() const { return messageBytes_; }
+
+  int peer() const override { return peer_; }
+  std::span<std::byte> sendSpace() override;
+  void sendCommit(size_t bytes) override { committed_ += bytes; }
+  std::span<const std::byte> recvData() override;
+  void recvConsume(size_t bytes) override { consumed_ += bytes; }
+  uint64_t sentBytes() const override { return committed_; }
+  uint64_t receivedBytes() const override { return consumed_; }
+  Status progress(bool* progressed) override;
+  Status checkHealth() override;
+  bool sendsFlushed() const override { return sendFreed_ >= committed_; }
+
+  // Message handlers (called from inside ucp_worker_progress).
+  void onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param);
+  void onCredit(const CreditHeader& h);
+  void onEndpointError(ucs_status_t status);
+
+ private:
+  struct SendSlot {
+    UcxConnection* conn = nullptr;  // null once the connection is gone (late callbacks)
+    DataHeader header{};
+    uint64_t end = 0;
+    bool done = true;
+  };
+  struct RecvSlot {
+    UcxConnection* conn = nullptr;
+    uint64_t seq = 0;
+    uint64_t pos = 0;
+    uint64_t end = 0;
+    int state = 0;  // 0 free, 1 arriving (rendezvous), 2 arrived
+  };
+  struct CreditSlot {
+    UcxConnection* conn = nullptr;
+    CreditHeader header{};
+    bool busy = false;
+  };
+  // Everything a UCX callback may touch, apart from the connection: when teardown cannot wait
+  // for every request (a stuck peer), this and the rings are left allocated rather than freed
+  // under a request UCX still holds.
+  struct Slots {
+    SendSlot sends[kMaxSends];
+    RecvSlot recvs[kMaxMessages];
+    CreditSlot credits[kCreditSlots];
+  };
+  static void sendDone(void* request, ucs_status_t status, void* user);
+  static void recvDone(void* request, ucs_status_t status, size_t length, void* user);
+  static void creditDone(void* request, ucs_status_t status, void* user);
+  void fail(Status status);
+  void postSends();
+  void maybeReturnCredit();
+  void advanceReceived();
+  void advanceSends();
+  void closeEndpoint();
+
+  UcxNet& net_;
+  int rank_;
+  int peer_;
+  std::string peerName_;
+  int32_t watchPid_ = 0;
+  bool protocolError_ = false;  // the peer broke the protocol: progress() fails too
+  ucp_ep_h ep_ = nullptr;
+  uint64_t ring_ = 0;
+  uint64_t messageBytes_ = 0;
+  uint32_t sendFlags_ = 0;
+  std::byte* sendRing_ = nullptr;
+  std::byte* recvRing_ = nullptr;
+  ucp_mem_h sendMemh_ = nullptr;
+  ucp_mem_h recvMemh_ = nullptr;
+  Status error_;          // the endpoint failed or the peer broke the protocol; checkHealth reports it
+  uint64_t events_ = 0;   // bumped by every handler: progress() reports whether anything happened
+  uint64_t seenEvents_ = 0;
+  uint64_t seenRound_ = 0;
+  uint64_t outstanding_ = 0;  // UCX requests whose callbacks still reference this connection
+
+  // Send side: committed_ >= posted_ >= sendFreed_ (stream positions).
+  uint64_t committed_ = 0;
+  uint64_t posted_ = 0;
+  uint64_t sendFreed_ = 0;
+  uint64_t sendSeq_ = 0;       // next message sequence number
+  uint64_t sendDoneSeq_ = 0;   // every message before this has completed locally
+  uint64_t peerConsumed_ = 0;  // credit: the receiver consumed every byte before this
+  uint64_t peerMessages_ = 0;  // credit: the receiver completed every message before this
+
+  // Receive side.
+  uint64_t consumed_ = 0;
+  uint64_t received_ = 0;  // every byte before this has arrived
+  uint64_t recvSeq_ = 0;   // every message before this has arrived
+  uint64_t creditConsumed_ = 0;  // last values returned to the sender
+  uint64_t creditMessages_ = 0;
+  Slots* slots_ = nullptr;
+};
+
+}  // namespace coll
