@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -84,6 +85,17 @@ bool enterNamespace(const std::string& name, std::string* error) {
     return false;
   }
   close(fd);
+  // As `ip netns exec` does: a private mount namespace with /sys remounted, so /sys/class/net
+  // lists this namespace's interfaces (UCX and others enumerate devices there, not via netlink).
+  if (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0) {
+    *error = std::string("a private mount namespace for ") + path + ": " + strerror(errno);
+    return false;
+  }
+  umount2("/sys", MNT_DETACH);
+  if (mount(name.c_str(), "/sys", "sysfs", 0, nullptr) != 0) {
+    *error = std::string("mounting /sys in ") + path + ": " + strerror(errno);
+    return false;
+  }
   return true;
 }
 

@@ -19,9 +19,7 @@ command -v ucx_perftest >/dev/null || { echo "ucx_perftest not installed (Debian
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns)" >&2; exit 2; }
 
 NS_A=cux_a_$$ NS_B=cux_b_$$ VA=cxa$$ VB=cxb$$
-WRAP=$(mktemp /tmp/compare_ucx_wrap.XXXXXX)
 cleanup() {
-  rm -f "$WRAP"
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
 }
@@ -34,13 +32,6 @@ ip link set "$VA" netns "$NS_A"; ip link set "$VB" netns "$NS_B"
 ip -n "$NS_A" addr add 198.18.13.1/24 dev "$VA"; ip -n "$NS_B" addr add 198.18.13.2/24 dev "$VB"
 for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
 ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
-# collrun enters namespaces with setns(); UCX's tcp lists interfaces from /sys/class/net, so each
-# rank remounts /sys in a private mount namespace first (as `ip netns exec` does for ucx_perftest).
-cat >"$WRAP" <<'WRAPEOF'
-#!/bin/bash
-exec unshare --mount --propagation private bash -c 'umount -l /sys 2>/dev/null; mount -t sysfs sysfs /sys && exec "$@"' sh "$@"
-WRAPEOF
-chmod +x "$WRAP"
 
 export COLL_SOCKET_IFNAME=cx UCX_TLS=tcp COLL_UCX_TLS=tcp
 # ucx_perftest gets, as UCX_* variables, the settings our transport gives UCX by default
@@ -49,7 +40,7 @@ export COLL_SOCKET_IFNAME=cx UCX_TLS=tcp COLL_UCX_TLS=tcp
 PT_ENV=(UCX_TCP_TX_SEG_SIZE=64K UCX_TCP_RX_SEG_SIZE=256K UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
 iters() { echo $((ITERS * 67108864 / $1)); }  # iters SIZE: the same bytes per run at every size
 ours() {  # ours NET PERF SIZE OUT
-  COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$WRAP" "$2" -b "$3" -e "$3" -d float -o sum \
+  COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$2" -b "$3" -e "$3" -d float -o sum \
     -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
 }
 perftest() {  # perftest SIZE OUT: one way (B -> A)

@@ -1,6 +1,7 @@
 // 4-bit quantization kernels: the portable reference implementation (the SIMD levels must match it
 // bit for bit), Philox4x32-10, run-time choice of the level and the public entry points.
 #include "kernels/quantize.h"
+#include "kernels/quantize_impl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,26 +14,20 @@
 
 namespace coll::kernels {
 
+using detail::bitsFloat;
+using detail::floatBits;
+using detail::kCanonicalNan;
+using detail::kNanScale;
+using detail::loadScale;
+using detail::storeScale;
+
 namespace {
 
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
-constexpr uint16_t kNanScale = 0x7fc0u;
-constexpr uint32_t kCanonicalNan = 0x7fc00000u;
 // (v + 1.5 * 2^23) - 1.5 * 2^23 rounds v to an integer, ties to even, for |v| < 2^22: the reference
 // needs no SSE4.1 and no libm call. |x / scale| stays below 11 for every valid scale.
 constexpr float kRoundMagic = 12582912.0f;
-
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // Both return ints for |v| < 2^22 without branches: stochastic rounding makes any branch on the
 // value a coin flip the predictor loses.
@@ -42,13 +37,6 @@ inline int roundDown(float v) {
   return t - static_cast<int>(v < static_cast<float>(t));
 }
 inline int clampLevel(int q) { return std::min(7, std::max(-7, q)); }
-
-inline void storeScale(uint8_t* p, uint16_t bits) {
-  p[0] = static_cast<uint8_t>(bits & 0xffu);
-  p[1] = static_cast<uint8_t>(bits >> 8);
-}
-
-inline uint16_t loadScale(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
 void loadBlock(float* x, const void* in, collDataType_t dtype, size_t n) {
   if (dtype == collFloat32) {

@@ -1,6 +1,7 @@
 // 4-bit quantization kernels for AVX2 + FMA + F16C (this file alone is compiled with those flags;
 // see CMakeLists.txt). Bit-identical to the portable reference in quantize.cc.
 #include "kernels/quantize.h"
+#include "kernels/quantize_impl.h"
 
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
@@ -11,18 +12,6 @@
 
 namespace coll::kernels::detail {
 namespace {
-
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-inline void storeScale(uint8_t* p, uint16_t bits) {
-  p[0] = static_cast<uint8_t>(bits & 0xffu);
-  p[1] = static_cast<uint8_t>(bits >> 8);
-}
-inline uint16_t loadScale(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
 template <collDataType_t DT>
 inline __m256 load8(const void* in, size_t i) {

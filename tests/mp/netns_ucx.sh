@@ -2,9 +2,8 @@
 # Every collective over the UCX transport between "two hosts": ranks in two network namespaces
 # joined by a veth pair, COLL_NET=ucx (UCX over its tcp transport), 2 and 4 ranks, exact results.
 # usage: netns_ucx.sh COLLRUN MP_COLLECTIVES_CHECK      (root; exit 77 = skipped)
-# collrun enters a namespace with setns(), which leaves /sys showing the host's interfaces; UCX's
-# tcp transport lists interfaces from /sys/class/net, so each rank first remounts /sys in a
-# private mount namespace (what `ip netns exec` does) through a small wrapper.
+# collrun --netns remounts /sys in each rank's namespace (as `ip netns exec` does), so UCX's tcp
+# transport, which lists interfaces from /sys/class/net, sees the namespace's veth.
 set -u
 COLLRUN=${1:?usage: netns_ucx.sh COLLRUN MP_COLLECTIVES_CHECK}
 CHECK=${2:?usage: netns_ucx.sh COLLRUN MP_COLLECTIVES_CHECK}
@@ -18,9 +17,7 @@ NS_A=ucx_a_$$
 NS_B=ucx_b_$$
 VETH_A=cua$$
 VETH_B=cub$$
-WRAP=$(mktemp /tmp/netns_ucx_wrap.XXXXXX)
 cleanup() {
-  rm -f "$WRAP"
   ip netns del "$NS_A" 2>/dev/null
   ip netns del "$NS_B" 2>/dev/null
   ip link del "$VETH_A" 2>/dev/null
@@ -32,12 +29,6 @@ trap 'exit 143' TERM
 
 [ "$(id -u)" = 0 ] || skip "not root"
 command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-command -v unshare >/dev/null || skip "unshare (util-linux) not installed"
-cat >"$WRAP" <<'WRAPEOF'
-#!/bin/bash
-exec unshare --mount --propagation private bash -c 'umount -l /sys 2>/dev/null; mount -t sysfs sysfs /sys && exec "$@"' sh "$@"
-WRAPEOF
-chmod +x "$WRAP"
 ip netns add "$NS_A" 2>/dev/null || skip "cannot create network namespaces"
 ip netns add "$NS_B" || skip "cannot create a second namespace"
 ip link add "$VETH_A" type veth peer name "$VETH_B" 2>/dev/null || skip "cannot create a veth pair"
@@ -60,7 +51,7 @@ run() {  # run NAME NP PLACEMENT [check options...]
   local log
   log=$(mktemp)
   echo "---- $name: $np ranks, COLL_NET=ucx"
-  "$COLLRUN" -np "$np" --netns "$placement" --timeout 200 "$WRAP" "$CHECK" "$@" >"$log" 2>&1
+  "$COLLRUN" -np "$np" --netns "$placement" --timeout 200 "$CHECK" "$@" >"$log" 2>&1
   local rc=$?
   grep -v " INFO " "$log" | tail -n 30
   if [ $rc -ne 0 ]; then
