@@ -202,7 +202,8 @@ COLL_API collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbu
 
 /* Traffic of one rank of a communicator since its creation: bytes handed to transports for peers
  * (shared-memory FIFOs and network connections; the one-host direct algorithm's shared windows are
- * not counted), and how much of it compressed calls sent. */
+ * not counted), and how much of it compressed calls sent. Call it when no work of the
+ * communicator is in flight (after synchronizing the host streams it uses). */
 typedef struct {
   unsigned long long wireBytes;             /* everything this rank sent to peers */
   unsigned long long compressedWireBytes;   /* of which by compressed calls */
