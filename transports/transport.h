@@ -47,6 +47,10 @@ class Connection {
 
   // True when every committed byte has left this process (sockets) or is visible to the peer.
   virtual bool sendsFlushed() const = 0;
+  // The stream position before which every byte has left (sendsFlushed() for a prefix), so a
+  // caller can complete a message while later ones are still queued. The default knows only
+  // "all or nothing"; it may lag but never runs ahead.
+  virtual uint64_t flushedBytes() const { return sendsFlushed() ? sentBytes() : 0; }
 };
 
 // Host-shared windows: one per local rank, each with two halves used alternately by consecutive

@@ -34,6 +34,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_TRANSPORT", KnobType::String, "", "Force one transport for every peer, same host included: shm, tcp, ucx or ib (testing). Takes precedence over COLL_NET.", false},
     {"COLL_COMPRESS_MIN_BYTES", KnobType::Bytes, "64K", "collAllReduceCompressed: tensors smaller than this run uncompressed (when the call's minBytes is 0), logged once per communicator.", false},
     {"COLL_NET", KnobType::String, "", "Transport between hosts: ib, ucx or tcp. Unset: the best one every rank has (ib, then ucx where UCX drives an RDMA device, then tcp), logged at INFO. Ignored when COLL_TRANSPORT is set.", false},
+    {"COLL_NCCL_NET", KnobType::String, "", "NCCL net plugin (libnccl-net-collective.so): transport behind it, tcp, ucx or ib. Unset: the best available (ib, then ucx where UCX drives an RDMA device, then tcp), logged through NCCL's logger.", false},
     {"COLL_NSOCKS_PERPEER", KnobType::Int, "2", "TCP streams per peer connection; large transfers are striped over them.", false},
     {"COLL_SOCKET_BUFFSIZE", KnobType::Bytes, "4M", "SO_SNDBUF / SO_RCVBUF of data sockets (0 = kernel default).", false},
     {"COLL_TCP_STAGING_BYTES", KnobType::Bytes, "1M", "Send and receive staging ring per TCP connection (small enough that received slices are reduced while still in cache).", false},

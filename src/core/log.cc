@@ -20,6 +20,7 @@ namespace {
 std::atomic<int> gLevel{-1};
 std::mutex gFileMu;
 FILE* gFile = nullptr;
+std::atomic<LogSink> gSink{nullptr};
 
 int parseLevel() {
   std::string v = knobString("COLL_DEBUG");
@@ -61,6 +62,8 @@ LogLevel logLevel() {
 
 void logReset() { gLevel.store(-1); }
 
+void setLogSink(LogSink sink) { gSink.store(sink); }
+
 void logPrintf(LogLevel level, int rank, const char* fmt, ...) {
   static const char* kNames[] = {"NONE", "WARN", "INFO", "TRACE"};
   char host[64] = {0};
@@ -72,6 +75,10 @@ void logPrintf(LogLevel level, int rank, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (LogSink sink = gSink.load()) {
+    sink(level, msg);
+    return;
+  }
   char rankText[16] = "";
   if (rank >= 0) snprintf(rankText, sizeof(rankText), " [%d]", rank);
   std::lock_guard<std::mutex> lock(gFileMu);

@@ -15,6 +15,11 @@ void logPrintf(LogLevel level, int rank, const char* fmt, ...) __attribute__((fo
 // Re-reads COLL_DEBUG (tests).
 void logReset();
 
+// Sends every line that passes the level to `sink` instead of the log file (the NCCL net plugin
+// routes ours into NCCL's logger); nullptr restores the file.
+using LogSink = void (*)(LogLevel level, const char* message);
+void setLogSink(LogSink sink);
+
 }  // namespace coll
 
 #define COLL_LOG(level, rank, ...)                                                   \

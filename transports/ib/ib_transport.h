@@ -188,6 +188,7 @@ class IbConnection final : public Connection {
   // Acknowledged by the peer's HCA, not merely posted: a connection torn down right after its
   // last call must not abort writes still on the wire.
   bool sendsFlushed() const override { return sendDone_ >= committed_ || !error_.ok(); }
+  uint64_t flushedBytes() const override { return error_.ok() ? sendDone_ : committed_; }
 
   int qps() const { return nqps_; }
   uint64_t ringBytes() const { return ring_; }

@@ -59,6 +59,7 @@ class TcpConnection final : public Connection {
   Status progress(bool* progressed) override;
   Status checkHealth() override { return closedReason_; }
   bool sendsFlushed() const override { return sendFreed_ >= committed_; }
+  uint64_t flushedBytes() const override { return sendFreed_; }
 
   // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
   void appendPollFds(std::vector<pollfd>* fds) const;

@@ -149,6 +149,7 @@ class UcxConnection final : public Connection {
   Status progress(bool* progressed) override;
   Status checkHealth() override;
   bool sendsFlushed() const override { return sendFreed_ >= committed_; }
+  uint64_t flushedBytes() const override { return sendFreed_; }
 
   // Message handlers (called from inside ucp_worker_progress).
   void onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param);

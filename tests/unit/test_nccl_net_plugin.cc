@@ -1,0 +1,219 @@
+// libnccl-net-collective.so loaded as NCCL loads it (dlopen + dlsym of each version's table), both
+// ends in this process over loopback: connect/accept until ready, grouped tagged traffic, abuse.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl_net/nccl_net_abi.h"
+
+#ifndef COLL_NCCL_NET_PLUGIN_PATH
+#error "the build passes the plugin's path"
+#endif
+
+namespace {
+
+// Silent unless COLL_DEBUG asks for our lines (the plugin filters by it before calling).
+void quietLogger(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+void* plugin() {
+  static void* h = [] {
+    setenv("COLL_SOCKET_IFNAME", "lo", 0);
+    return dlopen(COLL_NCCL_NET_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  }();
+  return h;
+}
+
+template <typename T>
+T* table(const char* symbol) {
+  void* h = plugin();
+  if (!h) return nullptr;
+  return static_cast<T*>(dlsym(h, symbol));
+}
+
+// Drives connect/accept the way NCCL's proxy does: call both again until both comms exist.
+template <typename Connect, typename Accept>
+void establish(Connect connect, Accept accept, void** sendComm, void** recvComm) {
+  *sendComm = *recvComm = nullptr;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((!*sendComm || !*recvComm) && std::chrono::steady_clock::now() < until) {
+    if (!*sendComm) {
+      ASSERT_EQ(connect(sendComm), ncclSuccess);
+    }
+    if (!*recvComm) {
+      ASSERT_EQ(accept(recvComm), ncclSuccess);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(*sendComm, nullptr);
+  ASSERT_NE(*recvComm, nullptr);
+}
+
+TEST(NcclNetPlugin, ExportsEveryVersion) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  for (const char* s : {COLL_NCCL_NET_SYMBOL_V8, COLL_NCCL_NET_SYMBOL_V9, COLL_NCCL_NET_SYMBOL_V10,
+                        COLL_NCCL_NET_SYMBOL_V11}) {
+    EXPECT_NE(dlsym(plugin(), s), nullptr) << s;
+  }
+  EXPECT_EQ(dlsym(plugin(), "collCommInitRank"), nullptr);  // our library stays hidden inside
+}
+
+// v11 is the only version with finalize, so each transport gets a fresh choice of COLL_NCCL_NET.
+void v11Traffic(const char* transport) {
+  setenv("COLL_NCCL_NET", transport, 1);
+  auto* net = table<ncclNet_v11_t>(COLL_NCCL_NET_SYMBOL_V11);
+  ASSERT_NE(net, nullptr);
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ncclResult_t r = net->init(&ctx, 42, &config, quietLogger, nullptr);
+  if (r == ncclInvalidUsage && std::string(transport) != "tcp") GTEST_SKIP() << transport << " is not available here";
+  ASSERT_EQ(r, ncclSuccess);
+  int ndev = 0;
+  ASSERT_EQ(net->devices(&ndev), ncclSuccess);
+  ASSERT_GE(ndev, 1);
+  ncclNetProperties_v11_t props;
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.ptrSupport & NCCL_PTR_HOST, NCCL_PTR_HOST);
+  EXPECT_GT(props.maxRecvs, 1);
+  EXPECT_GE(props.maxP2pBytes, size_t{1} << 30);
+  EXPECT_NE(std::string(props.name).find(transport), std::string::npos) << props.name;
+  EXPECT_NE(net->getProperties(ndev, &props), ncclSuccess);  // invalid device
+
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  char peerHandle[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(peerHandle, handle, sizeof(handle));  // what crosses between ranks
+  void *sendComm, *recvComm;
+  ncclNetDeviceHandle_v11_t* devHandle = nullptr;
+  establish([&](void** c) { return net->connect(ctx, 0, peerHandle, c, &devHandle); },
+            [&](void** c) { return net->accept(listenComm, c, &devHandle); }, &sendComm, &recvComm);
+  ASSERT_EQ(net->closeListen(listenComm), ncclSuccess);
+
+  std::vector<char> a(1 << 20), b(1000), ra(1 << 20), rb(4096);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<char>(i * 31);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>(i * 17);
+  void *mhs, *mhr;
+  ASSERT_EQ(net->regMr(sendComm, a.data(), a.size(), NCCL_PTR_HOST, &mhs), ncclSuccess);
+  ASSERT_EQ(net->regMr(recvComm, ra.data(), ra.size(), NCCL_PTR_HOST, &mhr), ncclSuccess);
+  EXPECT_NE(net->regMr(sendComm, a.data(), a.size(), NCCL_PTR_CUDA, &mhs), ncclSuccess);
+
+  void* data[2] = {ra.data(), rb.data()};
+  size_t sizes[2] = {ra.size(), rb.size()};
+  int tags[2] = {1, 2};
+  void* mh[2] = {mhr, mhr};
+  void* ph[2] = {nullptr, nullptr};
+  void* rreq = nullptr;
+  ASSERT_EQ(net->irecv(recvComm, 2, data, sizes, tags, mh, ph, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  void *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(net->isend(sendComm, b.data(), b.size(), 2, mhs, nullptr, &s2), ncclSuccess);
+  ASSERT_EQ(net->isend(sendComm, a.data(), a.size(), 1, mhs, nullptr, &s1), ncclSuccess);
+  ASSERT_NE(s1, nullptr);
+  ASSERT_NE(s2, nullptr);
+  int done[3] = {0, 0, 0}, got[2] = {-1, -1}, sent = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(done[0] && done[1] && done[2]) && std::chrono::steady_clock::now() < until) {
+    if (!done[0]) {
+      ASSERT_EQ(net->test(s1, &done[0], &sent), ncclSuccess);
+    }
+    if (!done[1]) {
+      ASSERT_EQ(net->test(s2, &done[1], nullptr), ncclSuccess);
+    }
+    if (!done[2]) {
+      ASSERT_EQ(net->test(rreq, &done[2], got), ncclSuccess);
+    }
+  }
+  ASSERT_TRUE(done[0] && done[1] && done[2]);
+  EXPECT_EQ(sent, static_cast<int>(a.size()));
+  EXPECT_EQ(got[0], static_cast<int>(a.size()));
+  EXPECT_EQ(got[1], static_cast<int>(b.size()));
+  EXPECT_EQ(0, std::memcmp(ra.data(), a.data(), a.size()));
+  EXPECT_EQ(0, std::memcmp(rb.data(), b.data(), b.size()));
+  void* flush = reinterpret_cast<void*>(1);
+  int fsz[1] = {1};
+  EXPECT_EQ(net->iflush(recvComm, 1, data, fsz, mh, &flush), ncclSuccess);
+  EXPECT_EQ(flush, nullptr);
+
+  ncclNetAttr_v11_t attr{};
+  EXPECT_EQ(net->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(net->deregMr(sendComm, mhs), ncclSuccess);
+  EXPECT_EQ(net->deregMr(recvComm, mhr), ncclSuccess);
+  // Closing with a receive in flight is allowed.
+  ASSERT_EQ(net->irecv(recvComm, 1, data, sizes, tags, mh, ph, &rreq), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->finalize(ctx), ncclSuccess);
+}
+
+TEST(NcclNetPlugin, V11GroupedTaggedTrafficOverTcp) { v11Traffic("tcp"); }
+TEST(NcclNetPlugin, V11GroupedTaggedTrafficOverUcx) { v11Traffic("ucx"); }
+TEST(NcclNetPlugin, V11GroupedTaggedTrafficOverIb) { v11Traffic("ib"); }
+
+TEST(NcclNetPlugin, UnknownTransportIsInvalidUsage) {
+  setenv("COLL_NCCL_NET", "carrier-pigeon", 1);
+  auto* net = table<ncclNet_v11_t>(COLL_NCCL_NET_SYMBOL_V11);
+  ASSERT_NE(net, nullptr);
+  void* ctx = nullptr;
+  EXPECT_EQ(net->init(&ctx, 1, nullptr, quietLogger, nullptr), ncclInvalidUsage);
+}
+
+TEST(NcclNetPlugin, V8IntSizesAndVirtualDeviceOnV9) {
+  setenv("COLL_NCCL_NET", "tcp", 1);
+  auto* v8 = table<ncclNet_v8_t>(COLL_NCCL_NET_SYMBOL_V8);
+  auto* v9 = table<ncclNet_v9_t>(COLL_NCCL_NET_SYMBOL_V9);
+  ASSERT_NE(v8, nullptr);
+  ASSERT_NE(v9, nullptr);
+  ASSERT_EQ(v8->init(quietLogger), ncclSuccess);
+  ncclNetProperties_v8_t p8;
+  ASSERT_EQ(v8->getProperties(0, &p8), ncclSuccess);
+  EXPECT_GT(p8.maxRecvs, 1);
+  ASSERT_EQ(v9->init(quietLogger), ncclSuccess);
+  ncclNetVDeviceProps_v9_t vp{1, {0}};
+  int vdev = -1;
+  ASSERT_EQ(v9->makeVDevice(&vdev, &vp), ncclSuccess);
+  ncclNetProperties_v9_t p9;
+  ASSERT_EQ(v9->getProperties(vdev, &p9), ncclSuccess);
+  EXPECT_EQ(p9.vProps.ndevs, 1);
+
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(v8->listen(0, handle, &listenComm), ncclSuccess);
+  // The handle's tail is the plugin's scratch on the connect side; whatever arrives there from the
+  // network must not be taken for a connect in progress.
+  std::memset(handle + 64, 0x41, sizeof(handle) - 64);
+  void *sendComm, *recvComm;
+  ncclNetDeviceHandle_v8_t* dh = nullptr;
+  establish([&](void** c) { return v8->connect(0, handle, c, &dh); },
+            [&](void** c) { return v8->accept(listenComm, c, &dh); }, &sendComm, &recvComm);
+  EXPECT_EQ(v8->closeListen(listenComm), ncclSuccess);
+  char msg[100] = "hello", out[200] = {};
+  void* d[1] = {out};
+  int sz[1] = {sizeof(out)}, tag[1] = {7};
+  void* mh[1] = {nullptr};
+  void *rr = nullptr, *sr = nullptr;
+  ASSERT_EQ(v8->irecv(recvComm, 1, d, sz, tag, mh, &rr), ncclSuccess);
+  ASSERT_EQ(v8->isend(sendComm, msg, sizeof(msg), 7, nullptr, &sr), ncclSuccess);
+  EXPECT_NE(v8->isend(sendComm, msg, -1, 7, nullptr, &sr), ncclSuccess);  // misuse
+  int done = 0, got = 0;
+  while (!done) ASSERT_EQ(v8->test(rr, &done, &got), ncclSuccess);
+  EXPECT_EQ(got, 100);
+  EXPECT_STREQ(out, "hello");
+  EXPECT_EQ(v8->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(v8->closeRecv(recvComm), ncclSuccess);
+}
+
+}  // namespace
