@@ -31,6 +31,9 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
   const uint64_t B = static_cast<uint64_t>(blockSize), P = static_cast<uint64_t>(p);
   const uint64_t es = dataTypeSize(s->dtype);
   const uint64_t record = kernels::quantRecordBytes(blockSize);
+  // Quantized data streams block by block: a block's record is sent once quantized, and used once
+  // its bytes have arrived (dependencies between block counts and 8-byte units).
+  const uint32_t rec = static_cast<uint32_t>(record);
   const uint64_t S = roundUp((count + P - 1) / P, B);  // shard j = [lo(j), lo(j + 1)), whole blocks
   auto lo = [&](int32_t j) { return std::min(static_cast<uint64_t>(j) * S, count); };
   auto elems = [&](int32_t j) { return lo(j + 1) - lo(j); };
@@ -85,7 +88,7 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
     const int32_t j = (me + k) % p;
     if (blocks(j) == 0) continue;
     const int32_t q = quantize(offsetBy(in, lo(j) * es), 0, j);
-    s->addDep(transfer(StepKind::Send, g.at(j), sendQ(j), words(j)), wholeStepDep(q));
+    s->addDep(transfer(StepKind::Send, g.at(j), sendQ(j), words(j)), unitStepDep(q, rec, 8));
   }
   if (blocks(me) > 0) {
     // My shard: my own part at full precision, then every peer's dequantized part added in
@@ -95,7 +98,7 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
       const int32_t j = (me - k + p) % p;
       const int32_t t = transfer(StepKind::Recv, g.at(j), recvQ(j), words(me));
       const int32_t a = blockStep(StepKind::DequantAccumulate, recvQ(j), acc, me);
-      s->addDep(a, wholeStepDep(t));
+      s->addDep(a, unitStepDep(t, 8, rec));
       s->addDep(a, stepDep(sum));
       sum = a;
     }
@@ -105,7 +108,7 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
     const int32_t q = quantize(acc, flags, me);
     s->addDep(q, stepDep(sum));
     for (int32_t k = 1; k < p; ++k) {
-      s->addDep(transfer(StepKind::Send, g.at(me + k), sendQ(me), words(me)), wholeStepDep(q));
+      s->addDep(transfer(StepKind::Send, g.at(me + k), sendQ(me), words(me)), unitStepDep(q, rec, 8));
     }
     const int32_t d = blockStep(StepKind::Dequantize, sendQ(me), offsetBy(out, lo(me) * es), me);
     s->addDep(d, stepDep(q));
@@ -116,7 +119,7 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
     if (blocks(j) == 0) continue;
     const int32_t t = transfer(StepKind::Recv, g.at(j), gatherQ(j), words(j));
     const int32_t d = blockStep(StepKind::Dequantize, gatherQ(j), offsetBy(out, lo(j) * es), j);
-    s->addDep(d, wholeStepDep(t));
+    s->addDep(d, unitStepDep(t, 8, rec));
     writers.push_back(d);
   }
   return writers;

@@ -296,6 +296,7 @@ uint64_t Execution::available(int32_t index) const {
       case DepKind::Step: {
         uint64_t dn = done_[d.step];
         if (dn >= sc.steps[d.step].count) a = s.count;
+        else if (!d.whole && d.unitDen > 0) a = dn * d.unitNum / d.unitDen;
         else if (!d.whole && d.lead > 0) a = d.lead + dn;
         else if (!d.whole && dn > d.offset) a = dn - d.offset;
         break;

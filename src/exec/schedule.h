@@ -70,6 +70,11 @@ struct Dep {
   // dependency, and element i >= lead needs element i - lead (a dependency that produces only a
   // later part of the dependent's range; one such dep per part covers a range made in pieces).
   uint64_t lead = 0;
+  // Step, per element, between steps that count in different units (quantized blocks and the
+  // 8-byte units they travel in): with `done` elements of the dependency complete, the dependent
+  // may process done * unitNum / unitDen of its own (rounded down). 0 = the same unit.
+  uint32_t unitNum = 0;
+  uint32_t unitDen = 0;
 };
 
 struct Step {
@@ -147,6 +152,8 @@ inline BufRef extraAt(int32_t index, uint64_t offset) { return BufRef{BufKind::E
 
 inline Dep stepDep(int32_t step, uint64_t offset = 0) { Dep d; d.kind = DepKind::Step; d.step = step; d.offset = offset; return d; }
 inline Dep stepDepFrom(int32_t step, uint64_t lead) { Dep d; d.kind = DepKind::Step; d.step = step; d.lead = lead; return d; }
+// Per element across units: the dependency's `den` elements make `num` of the dependent's.
+inline Dep unitStepDep(int32_t step, uint32_t num, uint32_t den) { Dep d; d.kind = DepKind::Step; d.step = step; d.unitNum = num; d.unitDen = den; return d; }
 inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }
 
 size_t dataTypeSize(collDataType_t dtype);
