@@ -12,17 +12,7 @@ need "$COLLRUN" "$PERF"
 command -v iperf3 >/dev/null || { echo "iperf3 not installed" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns)" >&2; exit 2; }
 
-NS_A=cmp_a_$$ NS_B=cmp_b_$$ VA=cpa$$ VB=cpb$$
-cleanup() { ip netns del "$NS_A" 2>/dev/null || true; ip netns del "$NS_B" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ip netns add "$NS_A"; ip netns add "$NS_B"
-ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NS_A"; ip link set "$VB" netns "$NS_B"
-ip -n "$NS_A" addr add 198.18.9.1/24 dev "$VA"; ip -n "$NS_B" addr add 198.18.9.2/24 dev "$VB"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
+netns_pair cmp 198.18.9
 
 out=$(results_dir compare_iperf_netns)
 echo "compare_iperf_netns: iperf3 --bidir -P $S vs allreduce_perf 64 MiB tcp, $ROUNDS rounds; raw output in $out"
@@ -32,7 +22,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   sleep 0.5
   ip netns exec "$NS_A" iperf3 -c 198.18.9.2 --bidir -t 10 -P "$S" -J >"$out/iperf-r$round.json" 2>&1 || true
   wait "$server" || true
-  COLL_TRANSPORT=tcp COLL_SOCKET_IFNAME=cp COLL_NSOCKS_PERPEER=$S \
+  COLL_TRANSPORT=tcp COLL_SOCKET_IFNAME=cmp COLL_NSOCKS_PERPEER=$S \
     "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$PERF" -b 64M -e 64M -d float -o sum -n "$ITERS" -w 5 -c 0 \
     >"$out/ours-r$round.txt" 2>&1
   echo "  round $round done"

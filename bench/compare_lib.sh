@@ -39,3 +39,20 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 
 # ratio A B -> A/B with 3 decimals (nan when B is 0 or missing)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "nan" || b == "nan") print "nan"; else printf "%.3f\n", a / b }'; }
+
+# Two network namespaces joined by a veth: netns_pair TAG SUBNET (e.g. cmp 198.18.9) sets NS_A,
+# NS_B (SUBNET.1 and SUBNET.2, interfaces named TAG a/b + pid) and VA, VB, and removes them on
+# exit, also on failure or interrupt. Root only.
+netns_pair() {
+  NS_A=$1_a_$$ NS_B=$1_b_$$ VA=$1a$$ VB=$1b$$
+  trap 'ip netns del "$NS_A" 2>/dev/null || true; ip netns del "$NS_B" 2>/dev/null || true' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  ip netns add "$NS_A"; ip netns add "$NS_B"
+  ip link add "$VA" type veth peer name "$VB"
+  ip link set "$VA" netns "$NS_A"; ip link set "$VB" netns "$NS_B"
+  ip -n "$NS_A" addr add "$2.1/24" dev "$VA"; ip -n "$NS_B" addr add "$2.2/24" dev "$VB"
+  local ns
+  for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+  ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
+}

@@ -30,17 +30,7 @@ if [ "$PIN" = 1 ] && [ "$(nproc)" -ge 2 ]; then
   iperf_client_pin=(-A 0) iperf_server_pin=(-A 1) driver_pin=(--cpus 0,1)
 fi
 
-NS_A=cnp_a_$$ NS_B=cnp_b_$$ VA=cnpa$$ VB=cnpb$$
-cleanup() { ip netns del "$NS_A" 2>/dev/null || true; ip netns del "$NS_B" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ip netns add "$NS_A"; ip netns add "$NS_B"
-ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NS_A"; ip link set "$VB" netns "$NS_B"
-ip -n "$NS_A" addr add 198.18.11.1/24 dev "$VA"; ip -n "$NS_B" addr add 198.18.11.2/24 dev "$VB"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
+netns_pair cnp 198.18.11
 
 out=$(results_dir compare_nccl_net_iperf)
 {

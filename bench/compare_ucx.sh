@@ -18,22 +18,9 @@ need "$COLLRUN" "$PERF" "$SENDRECV" "$BUILD/bench/collinfo"
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not installed (Debian: ucx-utils)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns)" >&2; exit 2; }
 
-NS_A=cux_a_$$ NS_B=cux_b_$$ VA=cxa$$ VB=cxb$$
-cleanup() {
-  ip netns del "$NS_A" 2>/dev/null || true
-  ip netns del "$NS_B" 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ip netns add "$NS_A"; ip netns add "$NS_B"
-ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NS_A"; ip link set "$VB" netns "$NS_B"
-ip -n "$NS_A" addr add 198.18.13.1/24 dev "$VA"; ip -n "$NS_B" addr add 198.18.13.2/24 dev "$VB"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
+netns_pair cux 198.18.13
 
-export COLL_SOCKET_IFNAME=cx UCX_TLS=tcp COLL_UCX_TLS=tcp
+export COLL_SOCKET_IFNAME=cux UCX_TLS=tcp COLL_UCX_TLS=tcp
 # ucx_perftest gets, as UCX_* variables, the settings our transport gives UCX by default
 # (COLL_UCX_CONFIG=TX_SEG_SIZE=64K;RX_SEG_SIZE=256K;SNDBUF=4M;RCVBUF=4M): both run UCX's tcp
 # configured alike. The raw output directory records the settings (ucx-env.txt).
