@@ -1839,20 +1839,25 @@ int dReqNotifyCq(ibv_cq* c, int solicitedOnly) {
   return 0;
 }
 
+// One event's wake byte from a completion channel's or context's pipe (blocking as the real
+// calls do, unless the caller made the fd non-blocking); false with errno set otherwise.
+bool takeWakeByte(int fd) {
+  char b;
+  ssize_t r;
+  do r = read(fd, &b, 1);
+  while (r < 0 && errno == EINTR);
+  if (r == 1) return true;
+  if (r == 0) errno = EIO;
+  return false;
+}
+
 int dGetCqEvent(ibv_comp_channel* c, ibv_cq** cqOut, void** cqContext) {
   Channel* ch = channelOf(c);
   if (!ch || !cqOut || !cqContext) {
     errno = EINVAL;
     return -1;
   }
-  char b;
-  ssize_t r;
-  do r = read(ch->pipe[0], &b, 1);
-  while (r < 0 && errno == EINTR);
-  if (r != 1) {
-    if (r == 0) errno = EIO;
-    return -1;
-  }
+  if (!takeWakeByte(ch->pipe[0])) return -1;
   std::lock_guard<std::mutex> lock(ch->ctx->hca->mu);
   if (ch->events.empty()) {
     errno = EAGAIN;
@@ -2224,14 +2229,7 @@ int dGetAsyncEvent(ibv_context* c, ibv_async_event* event) {
     errno = EINVAL;
     return -1;
   }
-  char b;
-  ssize_t r;
-  do r = read(ctx->asyncPipe[0], &b, 1);
-  while (r < 0 && errno == EINTR);
-  if (r != 1) {
-    if (r == 0) errno = EIO;
-    return -1;
-  }
+  if (!takeWakeByte(ctx->asyncPipe[0])) return -1;
   std::lock_guard<std::mutex> lock(ctx->hca->mu);
   if (ctx->asyncEvents.empty()) {
     errno = EAGAIN;
