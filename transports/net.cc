@@ -24,30 +24,25 @@ bool netKindFromName(const std::string& name, NetKind* out) {
   return true;
 }
 
-namespace {
-bool ucxHasRdma = false;  // set by probeNetAvailability, read by automaticNetMask
-}  // namespace
-
 uint32_t probeNetAvailability(std::string* why) {
-  uint32_t mask = netBit(NetKind::Tcp);
+  uint32_t mask = netBit(NetKind::Tcp) | netBit(NetKind::Tcp) << kNetAutoShift;
   std::string reason;
-  if (ibAvailable(&reason)) mask |= netBit(NetKind::Ib);
+  if (ibAvailable(&reason)) mask |= netBit(NetKind::Ib) | netBit(NetKind::Ib) << kNetAutoShift;
   else if (why) *why += "ib: " + reason + "\n";
   reason.clear();
   bool rdma = false;
-  if (ucxAvailable(&rdma, &reason)) mask |= netBit(NetKind::Ucx);
-  else if (why) *why += "ucx: " + reason + "\n";
-  ucxHasRdma = rdma;
+  if (ucxAvailable(&rdma, &reason)) {
+    mask |= netBit(NetKind::Ucx);
+    // UCX over plain sockets brings nothing over our own tcp transport: it is an automatic choice
+    // only where it drives an RDMA device.
+    if (rdma) mask |= netBit(NetKind::Ucx) << kNetAutoShift;
+  } else if (why) {
+    *why += "ucx: " + reason + "\n";
+  }
   return mask;
 }
 
-uint32_t automaticNetMask(uint32_t available) {
-  // UCX over plain sockets brings nothing over our own tcp transport; it is chosen automatically
-  // only where it drives an RDMA device.
-  uint32_t mask = available;
-  if (!ucxHasRdma) mask &= ~netBit(NetKind::Ucx);
-  return mask;
-}
+uint32_t automaticNetMask(uint32_t mask) { return mask & (mask >> kNetAutoShift) & kNetAvailableBits; }
 
 Status createNet(NetKind kind, Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
   switch (kind) {

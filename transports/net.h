@@ -51,9 +51,14 @@ class NetTransport {
 // available; ucx when built with UCX and a UCP context initialises (an automatic choice only when
 // it has an RDMA-capable transport); ib when built with libibverbs and an active port exists.
 // `why` collects a line per unavailable transport, for the error when COLL_NET names one.
+// The mask holds two sets: netBit(kind) = available, netBit(kind) << kNetAutoShift = one the
+// automatic choice may pick. Both travel in the rank table, so ranks AND-ing their masks agree on
+// both (a rank whose UCX has RDMA and one whose UCX has not choose alike).
+constexpr uint32_t kNetAutoShift = 8;
+constexpr uint32_t kNetAvailableBits = (1u << kNetAutoShift) - 1;
 uint32_t probeNetAvailability(std::string* why);
-// The transports COLL_NET's automatic choice may pick (a subset of the available ones).
-uint32_t automaticNetMask(uint32_t available);
+// The transports COLL_NET's automatic choice may pick, from a (possibly AND-ed) probe mask.
+uint32_t automaticNetMask(uint32_t mask);
 
 // Factories (ucx and ib exist only in builds that have them; the others return an error).
 Status createTcpNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);

@@ -12,6 +12,7 @@
 #include "algorithms/algorithms.h"
 #include "collective/collective.h"
 #include "core/planner.h"
+#include "comm_threads.h"
 
 namespace coll {
 namespace {
@@ -510,34 +511,16 @@ TEST(Planner, DescribesItsChoice) {
 
 namespace comm_level {
 
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~ScopedEnv() { unsetenv(name); }
-};
+using coll::testutil::ScopedEnv;
 
-// Every rank's init result and error text.
+// Every rank's init result and error text; with `allreduce`, each rank also checks one All-Reduce.
 std::vector<std::pair<collResult_t, std::string>> initAll(int n, bool allreduce = false) {
-  collUniqueId id;
-  EXPECT_EQ(collGetUniqueId(&id), collSuccess);
-  std::vector<std::pair<collResult_t, std::string>> out(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      collComm_t comm = nullptr;
-      collResult_t res = collCommInitRank(&comm, n, id, r);
-      out[static_cast<size_t>(r)] = {res, collGetLastError(nullptr)};
-      if (res != collSuccess) return;
-      if (allreduce) {
-        std::vector<float> v(100000, static_cast<float>(r + 1));
-        EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr), collSuccess);
-        EXPECT_EQ(v[12345], static_cast<float>(n * (n + 1) / 2));
-      }
-      EXPECT_EQ(collCommDestroy(comm), collSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
+  return coll::testutil::initAll(n, [&](collComm_t comm, int r) {
+    if (!allreduce) return;
+    std::vector<float> v(100000, static_cast<float>(r + 1));
+    EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr), collSuccess);
+    EXPECT_EQ(v[12345], static_cast<float>(n * (n + 1) / 2));
+  });
 }
 
 TEST(PlannerComm, BadKnobsFailCommunicatorCreationWithTheirName) {
