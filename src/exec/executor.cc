@@ -54,6 +54,12 @@ const char* stepKindName(StepKind k) {
   return "?";
 }
 
+// Steps that count blocks of Schedule::quantBlock elements rather than elements.
+bool isQuantizedStep(StepKind k) {
+  return k == StepKind::Widen || k == StepKind::Quantize || k == StepKind::Dequantize ||
+         k == StepKind::DequantAccumulate;
+}
+
 bool isTransportStep(StepKind k) {
   return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce;
 }
@@ -194,7 +200,7 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
                        rank_, i, schedule.algorithm);
     }
     maxSources = std::max<size_t>(maxSources, s.nsrcs);
-    if (s.kind >= StepKind::Widen) {
+    if (isQuantizedStep(s.kind)) {
       hasQuantSteps_ = true;
       if (!kernels::validQuantBlockSize(schedule.quantBlock) ||
           s.elems > s.count * static_cast<uint64_t>(schedule.quantBlock)) {
@@ -413,7 +419,7 @@ bool Execution::progressLocal(int32_t index) {
   if (dn >= limit) return false;
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
-  const bool quantized = s.kind >= StepKind::Widen;
+  const bool quantized = isQuantizedStep(s.kind);
   const uint64_t sliceUnits =
       quantized ? std::max<uint64_t>(1, sliceElems_ / static_cast<uint64_t>(sc.quantBlock)) : sliceElems_;
   while (dn < limit) {

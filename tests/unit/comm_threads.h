@@ -1,5 +1,5 @@
-// Test helpers for communicator-level tests: knobs set for a scope, and every rank of a
-// communicator created in its own thread of this process.
+// Test helpers: communicators whose ranks are threads of the test process, and knobs set for a
+// scope.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +15,34 @@
 
 namespace coll::testutil {
 
+// Creates `n` communicators (one per thread, as ranks), runs `body(rank, comm)` on each rank
+// that initialised, then destroys them. Returns every rank's init result and error text.
+inline std::vector<std::pair<collResult_t, std::string>> initAll(
+    int n, const std::function<void(int, collComm_t)>& body = nullptr) {
+  std::vector<std::pair<collResult_t, std::string>> out(static_cast<size_t>(n));
+  collUniqueId id;
+  EXPECT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collComm_t comm = nullptr;
+      const collResult_t res = collCommInitRank(&comm, n, id, r);
+      out[static_cast<size_t>(r)] = {res, collGetLastError(nullptr)};
+      if (res != collSuccess) return;
+      if (body) body(r, comm);
+      EXPECT_EQ(collCommDestroy(comm), collSuccess) << "rank " << r;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// As initAll, for tests that need every rank to initialise.
+inline void withComms(int n, const std::function<void(int, collComm_t)>& body) {
+  int r = 0;
+  for (const auto& [res, msg] : initAll(n, body)) EXPECT_EQ(res, collSuccess) << "rank " << r++ << ": " << msg;
+}
+
 struct ScopedEnv {
   const char* name;
   ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
@@ -22,27 +50,5 @@ struct ScopedEnv {
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 };
-
-// Creates an n-rank communicator with one thread per rank; runs `body` on each rank that
-// initialised, then destroys it. Returns every rank's init result and error text.
-inline std::vector<std::pair<collResult_t, std::string>> initAll(
-    int n, const std::function<void(collComm_t, int)>& body = nullptr) {
-  collUniqueId id;
-  EXPECT_EQ(collGetUniqueId(&id), collSuccess);
-  std::vector<std::pair<collResult_t, std::string>> out(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      collComm_t comm = nullptr;
-      collResult_t res = collCommInitRank(&comm, n, id, r);
-      out[static_cast<size_t>(r)] = {res, collGetLastError(nullptr)};
-      if (res != collSuccess) return;
-      if (body) body(comm, r);
-      EXPECT_EQ(collCommDestroy(comm), collSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
 
 }  // namespace coll::testutil

@@ -75,7 +75,7 @@ TEST(NetChoice, ForcedTransportsAreCheckedAtCreation) {
     // COLL_TRANSPORT wins over COLL_NET: tcp for every peer, so the bad COLL_NET is never read.
     ScopedEnv net("COLL_NET", "ib");
     ScopedEnv transport("COLL_TRANSPORT", "tcp");
-    for (const auto& [res, msg] : initAll(2, [](collComm_t comm, int r) {
+    for (const auto& [res, msg] : initAll(2, [](int r, collComm_t comm) {
            std::vector<float> v(1000, static_cast<float>(r + 1));
            EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr),
                      collSuccess);

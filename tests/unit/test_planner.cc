@@ -515,7 +515,7 @@ using coll::testutil::ScopedEnv;
 
 // Every rank's init result and error text; with `allreduce`, each rank also checks one All-Reduce.
 std::vector<std::pair<collResult_t, std::string>> initAll(int n, bool allreduce = false) {
-  return coll::testutil::initAll(n, [&](collComm_t comm, int r) {
+  return coll::testutil::initAll(n, [&](int r, collComm_t comm) {
     if (!allreduce) return;
     std::vector<float> v(100000, static_cast<float>(r + 1));
     EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr), collSuccess);
