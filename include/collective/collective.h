@@ -17,6 +17,14 @@ extern "C" {
 #define COLL_API
 #endif
 
+/* In C++ the enums below are int-based, as they are in C: a C caller may pass any int, and the
+ * library must be able to read it to reject it (an out-of-range plain C++ enum is undefined). */
+#ifdef __cplusplus
+#define COLL_ENUM_INT : int
+#else
+#define COLL_ENUM_INT
+#endif
+
 #define COLL_MAJOR 0
 #define COLL_MINOR 1
 #define COLL_PATCH 0
@@ -34,7 +42,7 @@ typedef struct {
 } collUniqueId;
 
 /* Result codes: 0..7 are numbered as ncclResult_t; collTimeout is ours. */
-typedef enum {
+typedef enum COLL_ENUM_INT {
   collSuccess = 0,
   collUnhandledCudaError = 1,
   collSystemError = 2,
@@ -48,7 +56,7 @@ typedef enum {
 } collResult_t;
 
 /* Data types, numbered as ncclDataType_t (float8 slots 10 and 11 are reserved). */
-typedef enum {
+typedef enum COLL_ENUM_INT {
   collInt8 = 0,
   collChar = 0,
   collUint8 = 1,
@@ -70,7 +78,7 @@ typedef enum {
 } collDataType_t;
 
 /* Reduction operations, numbered as ncclRedOp_t. */
-typedef enum {
+typedef enum COLL_ENUM_INT {
   collSum = 0,
   collProd = 1,
   collMax = 2,
@@ -134,6 +142,27 @@ COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* async
 COLL_API collResult_t collCommCount(const collComm_t comm, int* count);
 COLL_API collResult_t collCommUserRank(const collComm_t comm, int* rank);
 
+/* Fault tolerance. A rank that detects a failed peer (process death, a stall past the timeout, a
+ * cut link) tells every rank of the communicator, so each returns collRemoteError or collTimeout
+ * naming that peer instead of waiting for its own timeout.
+ *
+ * The ranks this communicator knows to have failed, in the order learned: up to maxRanks are
+ * written to ranks (may be NULL when maxRanks is 0); *count is the total known. */
+COLL_API collResult_t collCommGetFailedRanks(collComm_t comm, int* ranks, int maxRanks, int* count);
+/* Logs (COLL_WARN) what this rank is doing: the operation in progress (collective, count, type,
+ * sequence number), the pending steps of its schedule and the peers it waits for. Safe to call
+ * from another thread while an operation runs. COLL_DUMP_ON_SIGNAL=1 does the same on SIGUSR1. */
+COLL_API collResult_t collCommDump(collComm_t comm);
+/* Marks comm unusable on every rank: operations in flight and later calls return collRemoteError
+ * ("revoked"). The communicator must still be destroyed or aborted; collCommShrink still works. */
+COLL_API collResult_t collCommRevoke(collComm_t comm);
+/* A communicator of the ranks of comm not listed in excludeRanks (ranks of comm), in the same
+ * order, made without any help from the excluded ranks (which may be dead). Every surviving rank
+ * calls it with the same list; an excluded rank must not call it. Works on a communicator that has
+ * failed or been revoked (not on one destroyed or aborted). config as in collCommInitRankConfig. */
+COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount,
+                                     collComm_t* newcomm, collConfig_t* config);
+
 COLL_API const char* collGetErrorString(collResult_t result);
 /* The message of the last failure on this thread (for comm, or of any call when comm is NULL). */
 COLL_API const char* collGetLastError(collComm_t comm);
@@ -179,8 +208,8 @@ COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream);
  * bytes, so all ranks end with bit-identical results. Format: symmetric int4 (-7..+7), one bfloat16
  * scale per block of blockSize elements (4.25 bits per element at 64). Sum or avg of float32,
  * float16 or bfloat16. Start from COLL_COMPRESSION_INITIALIZER. */
-typedef enum { collCompressInt4 = 0 } collCompressionKind_t;
-typedef enum { collRoundNearest = 0, collRoundStochastic = 1 } collRounding_t;
+typedef enum COLL_ENUM_INT { collCompressInt4 = 0 } collCompressionKind_t;
+typedef enum COLL_ENUM_INT { collRoundNearest = 0, collRoundStochastic = 1 } collRounding_t;
 typedef struct collCompression_v1 {
   size_t size;                 /* sizeof(collCompression_t): later versions may append fields */
   collCompressionKind_t kind;  /* int4 (room for 8-bit later) */
@@ -215,7 +244,7 @@ COLL_API collResult_t collCommGetStats(collComm_t comm, collCommStats_t* stats);
 
 /* PreMulSum: every rank's input is multiplied by *scalar (of `datatype`, read at creation: the
  * host residence) before the sum. The op is valid for `comm` until collRedOpDestroy. */
-typedef enum { collScalarDevice = 0, collScalarHostImmediate = 1 } collScalarResidence_t;
+typedef enum COLL_ENUM_INT { collScalarDevice = 0, collScalarHostImmediate = 1 } collScalarResidence_t;
 COLL_API collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataType_t datatype,
                                                collScalarResidence_t residence, collComm_t comm);
 COLL_API collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm);

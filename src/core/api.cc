@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "core/env_bootstrap.h"
 #include "core/log.h"
+#include "core/shrink.h"
 #include "core/socket.h"
 #include "core/status.h"
 #include "core/stream.h"
@@ -489,6 +490,38 @@ collResult_t collCommUserRank(const collComm_t comm, int* rank) {
   return collSuccess;
 }
 
+// ---- fault tolerance (issue 8; collCommShrink lives elsewhere) -----------------------------------
+
+collResult_t collCommGetFailedRanks(collComm_t comm, int* ranks, int maxRanks, int* count) {
+  if (count == nullptr) return report(makeError(collInvalidArgument, "count is NULL"));
+  if (maxRanks < 0) return report(makeError(collInvalidArgument, "maxRanks is %d; want >= 0", maxRanks));
+  if (maxRanks > 0 && ranks == nullptr) {
+    return report(makeError(collInvalidArgument, "ranks is NULL but maxRanks is %d", maxRanks));
+  }
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  const std::vector<int> failed = c->failedRanks();
+  for (size_t i = 0; i < failed.size() && i < static_cast<size_t>(maxRanks); ++i) ranks[i] = failed[i];
+  *count = static_cast<int>(failed.size());
+  return collSuccess;
+}
+
+collResult_t collCommDump(collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  c->dump("collCommDump");
+  return collSuccess;
+}
+
+collResult_t collCommRevoke(collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  return report(c->revoke(), c->rank());
+}
+
 const char* collGetErrorString(collResult_t result) {
   switch (result) {
     case collSuccess: return "no error";
@@ -516,6 +549,8 @@ collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, c
   a.dtype = datatype, a.op = op;
   return submit(comm, a, stream);
 }
+
+}  // extern "C": reopened below; a C++ helper returning Status must not have C linkage (clang warns)
 
 namespace {
 
@@ -575,6 +610,8 @@ Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* resi
 }
 
 }  // namespace
+
+extern "C" {
 
 collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                                      collRedOp_t op, const collCompression_t* cfg, void* residual, collComm_t comm,
@@ -744,6 +781,24 @@ collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newc
   s = validateConfig(config, &cc);
   if (!s.ok()) return report(s, c->rank());
   return report(splitComm(*c, color, key, cc, newcomm), c->rank());
+}
+
+collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount, collComm_t* newcomm,
+                            collConfig_t* config) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (newcomm == nullptr) return report(makeError(collInvalidArgument, "collCommShrink: newcomm is NULL"), c->rank());
+  *newcomm = nullptr;
+  CommConfig cc = c->config();
+  cc.commName = cc.commName.empty() ? std::string("shrink") : cc.commName + "-shrink";
+  s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s.withContext("collCommShrink"), c->rank());
+  std::unique_ptr<Comm> child;
+  s = shrinkComm(*c, excludeRanks, excludeCount, cc, &child);
+  if (!s.ok()) return report(s, c->rank());
+  *newcomm = registerComm(std::move(child));
+  return collSuccess;
 }
 
 collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist) {

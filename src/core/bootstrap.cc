@@ -18,7 +18,9 @@
 
 #include "core/auth.h"
 #include "core/config.h"
+#include "core/failure.h"
 #include "core/log.h"
+#include "core/wire.h"
 
 namespace coll {
 
@@ -158,16 +160,61 @@ uint64_t hashOfId(const UniqueIdContents& c) {
 }
 
 // Opens an authenticated connection to `address` and sends a hello.
+// Outbound exchanges in progress, so abort() can break them: a stalled peer accepts the TCP
+// connection but never answers, and collCommAbort must not wait out the deadline.
+class Outbound {
+ public:
+  bool add(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return false;
+    fds_.push_back(fd);
+    return true;
+  }
+  void remove(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
+  }
+  void abortAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int> fds_;
+  bool aborted_ = false;
+};
+
+// Declared after the Socket it tracks, so the fd leaves the list before the socket closes.
+struct OutboundGuard {
+  Outbound* outbound = nullptr;
+  int fd = -1;
+  ~OutboundGuard() {
+    if (outbound && fd >= 0) outbound->remove(fd);
+  }
+};
+
+// connectDeadline (when shorter) bounds the connect alone: control messages go to ranks whose
+// listener exists, so a refused connection there is final, not a start-up race worth retrying.
 Status openAndHello(const SocketAddress& address, const Secret* secret, HelloType type,
                     int32_t fromRank, uint32_t tag, uint32_t length, Deadline deadline,
-                    Socket* out) {
+                    Socket* out, Deadline connectDeadline = Deadline::never(), OutboundGuard* guard = nullptr) {
   Socket s;
-  COLL_TRY(Socket::connect(address, deadline, &s));
+  COLL_TRY(Socket::connect(address, connectDeadline.when() < deadline.when() ? connectDeadline : deadline, &s));
+  if (guard != nullptr && guard->outbound != nullptr) {
+    if (!guard->outbound->add(s.fd())) return makeError(collRemoteError, "bootstrap aborted");
+    guard->fd = s.fd();
+  }
   (void)s.setNoDelay(true);  // small request/reply exchanges: no Nagle/delayed-ACK stalls
-  COLL_TRY(authenticate(s, secret, AuthRole::Connector, deadline, address.toString()));
+  Status st = authenticate(s, secret, AuthRole::Connector, deadline, address.toString());
   uint8_t hello[kHelloWire];
   putHello(hello, type, fromRank, tag, length);
-  COLL_TRY(s.sendAll(hello, sizeof(hello), deadline));
+  if (st.ok()) st = s.sendAll(hello, sizeof(hello), deadline);
+  if (!st.ok()) {
+    if (guard != nullptr && guard->fd >= 0) guard->outbound->remove(guard->fd), guard->fd = -1;
+    return st;
+  }
   *out = std::move(s);
   return okStatus();
 }
@@ -215,21 +262,11 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
       COLL_WARN(-1, "bootstrap root %s: dropping %s: %s", where.c_str(), from.c_str(), s.message().c_str());
       continue;
     }
-    int32_t rank = static_cast<int32_t>(get32(reg + 8));
-    int32_t claimed = static_cast<int32_t>(get32(reg + 12));
-    PeerInfo info;
-    uint32_t code = kRegOk;
-    if (get32(reg) != kRegMagic || get32(reg + 4) != kRegVersion || !getEntry(reg + 24, &info)) {
-      code = kRegMalformed;
-    } else if (get64(reg + 16) != st->commNonce) {
-      code = kRegNonceMismatch;
-    } else if (claimed < 1 || claimed > kBootstrapMaxRanks || (nranks >= 0 && claimed != nranks)) {
-      code = kRegNranksMismatch;
-    } else if (rank < 0 || rank >= claimed) {
-      code = kRegBadRank;
-    } else if (registered.count(rank)) {
-      code = kRegDuplicate;
-    }
+    BootstrapRegistration parsed;
+    uint32_t code = parseBootstrapRegistration(reg, sizeof(reg), st->commNonce, nranks, &parsed);
+    const int32_t rank = parsed.rank, claimed = parsed.nranks;
+    const PeerInfo& info = parsed.info;
+    if (code == kRegOk && registered.count(rank)) code = kRegDuplicate;
     uint8_t reply[4];
     put32(reply, code);
     (void)c.sendAll(reply, sizeof(reply), hs);
@@ -295,8 +332,9 @@ class BootstrapImpl final : public Bootstrap {
                        size, kBootstrapMaxMessage);
     }
     Socket s;
+    OutboundGuard guard{&outbound_};
     Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag,
-                             static_cast<uint32_t>(size), deadline, &s);
+                             static_cast<uint32_t>(size), deadline, &s, Deadline::never(), &guard);
     if (st.ok()) st = s.sendAll(data, size, deadline);
     if (st.ok()) st = readReply(s, deadline);
     return st.withContext(peerContext("bootstrap send to", peer));
@@ -323,7 +361,9 @@ class BootstrapImpl final : public Bootstrap {
   Status connectData(int peer, uint32_t tag, Socket* out, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "connectData"));
     Socket s;
-    Status st = openAndHello(peers_[peer].address, secret(), kHelloData, rank_, tag, 0, deadline, &s);
+    OutboundGuard guard{&outbound_};
+    Status st = openAndHello(peers_[peer].address, secret(), kHelloData, rank_, tag, 0, deadline, &s,
+                             Deadline::never(), &guard);
     if (st.ok()) st = readReply(s, deadline);
     COLL_TRY(st.withContext(peerContext("data connection to", peer)));
     *out = std::move(s);
@@ -347,6 +387,35 @@ class BootstrapImpl final : public Bootstrap {
     }
     cv_.notify_all();
     stopListener();
+    outbound_.abortAll();
+  }
+
+  void setControlHandler(ControlHandler handler) override {
+    std::lock_guard<std::mutex> lock(controlMu_);  // waits for a handler call in progress
+    controlHandler_ = std::move(handler);
+  }
+
+  Status control(int peer, uint32_t tag, const void* data, size_t size, std::vector<uint8_t>* reply,
+                 Deadline deadline) override {
+    COLL_TRY(checkPeer(peer, "control"));
+    if (!isControlTag(tag) || size > kControlMaxPayload) {
+      return makeError(collInternalError, "bootstrap control message: tag %#x / %zu bytes", tag, size);
+    }
+    // Not tracked for abort(): notices still go out while a communicator aborts (short deadlines).
+    Socket s;
+    Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag,
+                             static_cast<uint32_t>(size), deadline, &s, Deadline::afterMs(kControlConnectMs));
+    if (st.ok() && size > 0) st = s.sendAll(data, size, deadline);
+    uint8_t head[8];
+    if (st.ok()) st = s.recvAll(head, sizeof(head), deadline);
+    if (st.ok() && get32(head) != 0) st = makeError(collRemoteError, "the peer refused the message (code %u)", get32(head));
+    const uint32_t n = st.ok() ? get32(head + 4) : 0;
+    if (st.ok() && n > kCtlMaxReply) st = makeError(collRemoteError, "control reply of %u bytes (at most %zu)", n, kCtlMaxReply);
+    if (st.ok()) {
+      reply->resize(n);
+      if (n > 0) st = s.recvAll(reply->data(), n, deadline);
+    }
+    return st.withContext("control message to rank " + std::to_string(peer) + " at " + peers_[peer].address.toString());
   }
 
  private:
@@ -398,6 +467,10 @@ class BootstrapImpl final : public Bootstrap {
 
   void listenLoop();
   void handleConnection(Socket& s, const SocketAddress& from);
+  // A control message (failure.h tags): answered on this thread, its reply in the acknowledgement.
+  void handleControl(Socket& s, int32_t fromRank, uint32_t tag, uint32_t length, Deadline deadline);
+  static constexpr size_t kControlMaxPayload = 8 + kCtlMaxReason;
+  static constexpr int kControlConnectMs = 100;
   void clearHandshakeFd() {
     std::lock_guard<std::mutex> lock(handshakeMu_);
     handshakeFd_ = -1;
@@ -422,6 +495,9 @@ class BootstrapImpl final : public Bootstrap {
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<uint8_t>>> messages_;
   std::map<std::pair<int, uint32_t>, std::deque<Socket>> data_;
   std::optional<std::vector<uint8_t>> table_;
+  Outbound outbound_;     // exchanges abort() breaks
+  std::mutex controlMu_;  // held while the handler runs, so clearing it waits for a call in progress
+  ControlHandler controlHandler_;
 };
 
 void BootstrapImpl::listenLoop() {
@@ -459,19 +535,10 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
     COLL_WARN(rank_, "bootstrap listener: dropping %s: %s", from.c_str(), st.message().c_str());
     return;
   }
-  uint32_t type = get32(hello + 4);
-  int32_t fromRank = static_cast<int32_t>(get32(hello + 8));
-  uint32_t tag = get32(hello + 12);
-  uint32_t length = get32(hello + 16);
-  const char* bad = nullptr;
-  if (get32(hello) != kHelloMagic) bad = "bad magic";
-  else if (type == kHelloMessage && (fromRank < 0 || fromRank >= nranks_)) bad = "sender rank out of range";
-  else if (type == kHelloMessage && length > kBootstrapMaxMessage) bad = "message larger than 16 MiB";
-  else if (type == kHelloData && (fromRank < 0 || fromRank >= nranks_ || length != 0)) bad = "bad data hello";
-  else if (type == kHelloTable && (length != tableBytes() || (fromRank != kRootSender &&
-                                                              (fromRank < 0 || fromRank >= nranks_))))
-    bad = "rank table of the wrong size (ranks disagree on nranks?)";
-  else if (type != kHelloMessage && type != kHelloData && type != kHelloTable) bad = "unknown type";
+  BootstrapHello parsed;
+  const char* bad = parseBootstrapHello(hello, sizeof(hello), nranks_, &parsed);
+  const uint32_t type = parsed.type, tag = parsed.tag, length = parsed.length;
+  const int32_t fromRank = parsed.fromRank;
   if (bad) {
     COLL_WARN(rank_, "bootstrap listener: dropping connection from %s: %s (type %u, rank %d, "
               "length %u)", from.c_str(), bad, type, fromRank, length);
@@ -487,6 +554,10 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
       data_[{fromRank, tag}].push_back(std::move(s));
     }
     cv_.notify_all();
+    return;
+  }
+  if (type == kHelloMessage && isControlTag(tag)) {
+    handleControl(s, fromRank, tag, length, hs);
     return;
   }
   std::vector<uint8_t> payload(length);
@@ -510,6 +581,27 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
     }
   }
   cv_.notify_all();
+}
+
+void BootstrapImpl::handleControl(Socket& s, int32_t fromRank, uint32_t tag, uint32_t length, Deadline deadline) {
+  if (length > kControlMaxPayload) {
+    COLL_WARN(rank_, "bootstrap listener: dropping a %u-byte control message (tag %#x) from rank %d", length, tag,
+              fromRank);
+    return;
+  }
+  std::vector<uint8_t> payload(length);
+  if (length > 0 && !s.recvAll(payload.data(), payload.size(), deadline).ok()) return;
+  std::vector<uint8_t> reply;
+  {
+    std::lock_guard<std::mutex> lock(controlMu_);
+    if (controlHandler_) reply = controlHandler_(fromRank, tag, payload);
+  }
+  if (reply.size() > kCtlMaxReply) reply.resize(kCtlMaxReply);
+  std::vector<uint8_t> out(8 + reply.size());
+  put32(out.data(), 0);
+  put32(out.data() + 4, static_cast<uint32_t>(reply.size()));
+  if (!reply.empty()) memcpy(out.data() + 8, reply.data(), reply.size());
+  (void)s.sendAll(out.data(), out.size(), deadline);
 }
 
 Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadline) {
@@ -568,16 +660,9 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
                      "the rank table"));
     table = *table_;
   }
-  if (table.size() != tableBytes()) {
-    return makeError(collInternalError, "rank table of %zu bytes for %d ranks", table.size(), nranks_);
-  }
-  std::vector<PeerInfo> peers(nranks_);
-  for (int r = 0; r < nranks_; ++r) {
-    if (!getEntry(table.data() + static_cast<size_t>(r) * kEntryWire, &peers[r])) {
-      return makeError(collRemoteError, "rank %d: the rank table has a malformed entry for rank %d",
-                       rank_, r);
-    }
-  }
+  std::vector<PeerInfo> peers;
+  COLL_TRY(parseRankTable(table.data(), table.size(), nranks_, &peers)
+               .withContext("rank " + std::to_string(rank_) + ": the rank table from the root"));
   if (!(peers[rank_].address == myAddress_) || peers[rank_].pid != me.pid) {
     return makeError(collRemoteError, "rank %d: the rank table lists %s for this rank, not our "
                      "listener %s (two processes registered as rank %d?)", rank_,
@@ -638,6 +723,71 @@ Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out) {
   memcpy(c.secret.data(), p + 32, c.secret.size());
   c.commNonce = get64(p + 48);
   *out = c;
+  return okStatus();
+}
+
+// ---- parsers of remote bytes (wire.h) ----------------------------------------------------------
+
+static_assert(kBootstrapHelloBytes == kHelloWire && kBootstrapEntryBytes == kEntryWire &&
+              kBootstrapRegistrationBytes == kRegWire);
+
+const char* parseBootstrapHello(const uint8_t* p, size_t size, int nranks, BootstrapHello* out) {
+  *out = BootstrapHello{};
+  if (size != kHelloWire) return "truncated hello";
+  out->type = get32(p + 4);
+  out->fromRank = static_cast<int32_t>(get32(p + 8));
+  out->tag = get32(p + 12);
+  out->length = get32(p + 16);
+  const uint32_t type = out->type, length = out->length;
+  const int32_t fromRank = out->fromRank;
+  const bool rankOk = fromRank >= 0 && fromRank < nranks;
+  if (get32(p) != kHelloMagic) return "bad magic";
+  if (nranks < 1 || nranks > kBootstrapMaxRanks) return "no communicator to receive for";
+  if (type == kHelloMessage) {
+    if (!rankOk) return "sender rank out of range";
+    if (length > kBootstrapMaxMessage) return "message larger than 16 MiB";
+    return nullptr;
+  }
+  if (type == kHelloData) return rankOk && length == 0 ? nullptr : "bad data hello";
+  if (type == kHelloTable) {
+    if (length != static_cast<uint64_t>(nranks) * kEntryWire || (fromRank != kRootSender && !rankOk)) {
+      return "rank table of the wrong size (ranks disagree on nranks?)";
+    }
+    return nullptr;
+  }
+  return "unknown type";
+}
+
+uint32_t parseBootstrapRegistration(const uint8_t* p, size_t size, uint64_t commNonce,
+                                    int knownNranks, BootstrapRegistration* out) {
+  *out = BootstrapRegistration{};
+  if (size != kRegWire) return kRegMalformed;
+  out->rank = static_cast<int32_t>(get32(p + 8));
+  out->nranks = static_cast<int32_t>(get32(p + 12));
+  if (get32(p) != kRegMagic || get32(p + 4) != kRegVersion || !getEntry(p + 24, &out->info)) {
+    return kRegMalformed;
+  }
+  if (get64(p + 16) != commNonce) return kRegNonceMismatch;
+  const int32_t claimed = out->nranks;
+  if (claimed < 1 || claimed > kBootstrapMaxRanks || (knownNranks >= 0 && claimed != knownNranks)) {
+    return kRegNranksMismatch;
+  }
+  if (out->rank < 0 || out->rank >= claimed) return kRegBadRank;
+  return kRegOk;
+}
+
+Status parseRankTable(const uint8_t* p, size_t size, int nranks, std::vector<PeerInfo>* out) {
+  if (nranks < 1 || nranks > kBootstrapMaxRanks || size != static_cast<size_t>(nranks) * kEntryWire) {
+    return makeError(collRemoteError, "rank table of %zu bytes for %d ranks (ranks disagree on nranks?)",
+                     size, nranks);
+  }
+  std::vector<PeerInfo> peers(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    if (!getEntry(p + static_cast<size_t>(r) * kEntryWire, &peers[static_cast<size_t>(r)])) {
+      return makeError(collRemoteError, "the rank table has a malformed entry for rank %d", r);
+    }
+  }
+  *out = std::move(peers);
   return okStatus();
 }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,20 @@ class Bootstrap {
 
   // Wakes every waiter with an error and stops the listener (collCommAbort).
   virtual void abort() = 0;
+
+  // Control messages (failure.h's reserved tags) go to this handler on the listener thread
+  // instead of being queued; its reply (at most kCtlMaxReply bytes) travels back in the
+  // acknowledgement. It must be quick and must not send bootstrap messages. An empty handler
+  // (the default) answers with an empty reply; setting one waits for a call in progress.
+  using ControlHandler =
+      std::function<std::vector<uint8_t>(int fromRank, uint32_t tag, const std::vector<uint8_t>& payload)>;
+  virtual void setControlHandler(ControlHandler handler) { (void)handler; }
+  // Sends a control message and returns the peer handler's reply.
+  virtual Status control(int peer, uint32_t tag, const void* data, size_t size, std::vector<uint8_t>* reply,
+                         Deadline deadline) {
+    (void)peer, (void)tag, (void)data, (void)size, (void)reply, (void)deadline;
+    return makeError(collInvalidUsage, "this bootstrap has no control messages");
+  }
 };
 
 }  // namespace coll

@@ -21,6 +21,7 @@ namespace coll {
 
 Comm::~Comm() {
   stopProgressThread();
+  stopFailureHandling();  // notices out before our connections close; no handler calls after this
   // Connections first (they may reference shared memory), then the host segments, then the
   // bootstrap (its listener thread).
   madeConnections_.clear();
@@ -60,6 +61,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   std::vector<uint64_t> hashes(nranks);
   for (int r = 0; r < nranks; ++r) hashes[r] = bootstrap_->peer(r).hostHash;
   topo_ = Topology::fromHostHashes(rank, hashes);
+  startFailureHandling();
   COLL_INFO(rank, "topology: %d ranks on %d hosts (%d on this host, local rank %d)", topo_.nranks, topo_.nhosts,
             topo_.localSize(), topo_.localRank());
 
@@ -323,6 +325,7 @@ Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
 }
 
 void Comm::fail(const Status& status) {
+  std::lock_guard<std::mutex> lock(failMu_);
   collResult_t expected = collSuccess;
   if (asyncError_.compare_exchange_strong(expected, status.code())) failureMessage_ = status.message();
 }
@@ -351,9 +354,10 @@ Status Comm::connection(int peer, Connection** out) {
       COLL_INFO(rank(), "connected to rank %d over shm", peer);
     } else {
       const char* via = netKindName(net_->kind());
-      COLL_TRY(net_->connect(peer, callDeadline(), &slot)
-                   .withContext("connecting to rank " + std::to_string(peer) + " (" +
-                                bootstrap_->peer(peer).address.toString() + ") over " + via));
+      Status st = net_->connect(peer, callDeadline(), &slot)
+                      .withContext("connecting to rank " + std::to_string(peer) + " (" +
+                                   bootstrap_->peer(peer).address.toString() + ") over " + via);
+      if (!st.ok()) return connectFailed(peer, st);
       netUsed_ = true;
       COLL_INFO(rank(), "connected to rank %d (%s) over %s", peer, bootstrap_->peer(peer).address.toString().c_str(),
                 via);
@@ -393,9 +397,15 @@ void Comm::wait(uint64_t token, int maxMs) {
 }
 
 Status Comm::checkHealth() {
+  if (failures_.interrupted()) return failures_.interruption(rank());
   if (!shm_) return okStatus();
   for (int peer : topo_.localRanks) {
-    if (peer != rank()) COLL_TRY(shm_->checkPeerAlive(peer));
+    if (peer == rank()) continue;
+    Status st = shm_->checkPeerAlive(peer);
+    if (!st.ok()) {
+      (void)recordFailure(peer, st.message(), rank(), true);
+      return st;
+    }
   }
   return okStatus();
 }
@@ -510,7 +520,8 @@ Status Comm::runPlan(PlanEntry& plan, const CollArgs& args) {
     buffers.residual = args.compress.residual;
   }
   COLL_TRY(plan.execution.start(plan.schedule, buffers, *this, seq_));
-  return runToCompletion(plan.execution, *this, callDeadline(), waitPolicy_);
+  publishOp(collKindName(args.kind), args.count, args.dtype);
+  return runExecution(plan.execution);
 }
 
 uint64_t Comm::wireBytes() const {
@@ -550,10 +561,7 @@ collCommStats_t Comm::stats() const {
 }
 
 Status Comm::collective(const CollArgs& args) {
-  if (asyncError_.load() != collSuccess) {
-    return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
-                     failureMessage_.c_str());
-  }
+  COLL_TRY(checkUsable());
   if (args.compress.blockSize > 0) return compressedAllReduce(args);
   CollArgs call = args;
   double scalar = 1.0;
@@ -604,10 +612,7 @@ Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
 }
 
 Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
-  if (asyncError_.load() != collSuccess) {
-    return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
-                     failureMessage_.c_str());
-  }
+  COLL_TRY(checkUsable());
   p2pOps_.clear();
   p2pBuffers_.clear();
   for (size_t i = 0; i < ncalls; ++i) {
@@ -634,7 +639,12 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
   buffers.extra = p2pBuffers_.data();
   buffers.nextra = p2pBuffers_.size();
   Status status = p2pExecution_.start(p2pSchedule_, buffers, *this, seq_);
-  if (status.ok()) status = runToCompletion(p2pExecution_, *this, callDeadline(), waitPolicy_);
+  if (status.ok()) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < ncalls; ++i) bytes += calls[i].bytes;
+    publishOp("point-to-point", bytes, -1);
+    status = runExecution(p2pExecution_);
+  }
   if (!status.ok()) {
     Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + std::to_string(ncalls) +
                                           " point-to-point call(s) (call " + std::to_string(seq_) + ")");
@@ -690,45 +700,91 @@ bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
   return true;
 }
 
-Status Comm::checkSameCall(const CollArgs& args) {
-  // A fixed-size fingerprint, so the check's own all-gather matches whatever the ranks called.
-  struct Fingerprint {
-    int32_t kind, dtype, op, root;
-    uint64_t count;
+namespace {
+
+// COLL_CHECK's view of one call. Fixed size, so the check's own all-gather matches whatever the
+// ranks called.
+struct CallFingerprint {
+  int32_t kind, dtype, op, root;
+  uint64_t count;
+};
+
+// Every rank holds the same fingerprints, so every rank reports the same groups: the ranks of each
+// distinct call (rank 0's first), and every field in which the calls differ.
+Status describeCallMismatch(const std::vector<CallFingerprint>& all) {
+  auto same = [](const CallFingerprint& a, const CallFingerprint& b) {
+    return a.kind == b.kind && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root;
   };
-  Fingerprint mine{static_cast<int32_t>(args.kind), static_cast<int32_t>(args.dtype),
-                   args.op < collNumOps ? static_cast<int32_t>(args.op) : -1, args.root, args.count};
+  std::vector<std::vector<int>> groups;  // ranks per distinct call, in order of first appearance
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    size_t g = 0;
+    while (g < groups.size() && !same(all[static_cast<size_t>(groups[g][0])], all[static_cast<size_t>(r)])) ++g;
+    if (g == groups.size()) groups.emplace_back();
+    groups[g].push_back(r);
+  }
+  if (groups.size() < 2) return okStatus();
+  auto rankList = [](const std::vector<int>& ranks) {
+    std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0, shown = 0; i < ranks.size(); ++shown) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      if (shown == 16) return s + ",...";
+      s += (i ? "," : "") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+      i = j + 1;
+    }
+    return s;
+  };
+  auto describe = [](const CallFingerprint& f) {
+    static const char* kOps[] = {"sum", "prod", "max", "min", "avg"};
+    const auto kind = static_cast<CollKind>(f.kind);
+    std::string s = std::string(collKindName(kind)) + "(count " + std::to_string(f.count) + ", " +
+                    dataTypeName(static_cast<collDataType_t>(f.dtype));
+    if (kind == CollKind::AllReduce || kind == CollKind::Reduce || kind == CollKind::ReduceScatter) {
+      s += std::string(", op ") + (f.op >= 0 && f.op < 5 ? kOps[f.op] : "premulsum");
+    }
+    if (f.root >= 0) s += ", root " + std::to_string(f.root);
+    return s + ")";
+  };
+  const CallFingerprint& first = all[static_cast<size_t>(groups[0][0])];
+  bool kind = false, count = false, dtype = false, op = false, root = false;
+  std::string calls;
+  for (size_t g = 0; g < groups.size() && g < 4; ++g) {
+    const CallFingerprint& f = all[static_cast<size_t>(groups[g][0])];
+    kind |= f.kind != first.kind, count |= f.count != first.count, dtype |= f.dtype != first.dtype;
+    op |= f.op != first.op, root |= f.root != first.root;
+    calls += (g ? "; " : "") + rankList(groups[g]) + " called " + describe(f);
+  }
+  if (groups.size() > 4) calls += "; and " + std::to_string(groups.size() - 4) + " more different calls";
+  std::string what;
+  for (auto [differs, name] : {std::pair{kind, "collective"}, {count, "count"}, {dtype, "datatype"},
+                               {op, "reduction op"}, {root, "root"}}) {
+    if (differs) what += (what.empty() ? "" : " and ") + std::string(name);
+  }
+  return makeError(collInvalidUsage,
+                   "COLL_CHECK: ranks disagree on the %s: %s. Every rank must issue the same collectives in the same "
+                   "order with the same count, datatype, op and root",
+                   what.c_str(), calls.c_str());
+}
+
+}  // namespace
+
+Status Comm::checkSameCall(const CollArgs& args) {
+  CallFingerprint mine{static_cast<int32_t>(args.kind), static_cast<int32_t>(args.dtype),
+                       args.op < collNumOps ? static_cast<int32_t>(args.op) : -1, args.root, args.count};
   const bool reducing = args.kind == CollKind::AllReduce || args.kind == CollKind::Reduce ||
                         args.kind == CollKind::ReduceScatter;
   if (!reducing) mine.op = 0;
   const bool rooted = args.kind == CollKind::Broadcast || args.kind == CollKind::Reduce ||
                       args.kind == CollKind::Gather || args.kind == CollKind::Scatter;
   if (!rooted) mine.root = -1;
-  std::vector<Fingerprint> all(static_cast<size_t>(topo_.nranks));
+  std::vector<CallFingerprint> all(static_cast<size_t>(topo_.nranks));
   CollArgs gather;
   gather.kind = CollKind::AllGather, gather.sendbuff = &mine, gather.recvbuff = all.data();
-  gather.count = sizeof(Fingerprint), gather.dtype = collUint8;
+  gather.count = sizeof(CallFingerprint), gather.dtype = collUint8;
   PlanChoice choice;
   COLL_TRY(planCollective(plannerInputs_, gather, &choice));
   COLL_TRY(runChecked(gather, choice).withContext("COLL_CHECK"));
-  for (int r = 1; r < topo_.nranks; ++r) {
-    const Fingerprint& a = all[0];
-    const Fingerprint& b = all[r];
-    const char* what = a.kind != b.kind     ? "collective"
-                       : a.count != b.count ? "count"
-                       : a.dtype != b.dtype ? "datatype"
-                       : a.op != b.op       ? "reduction op"
-                       : a.root != b.root   ? "root"
-                                            : nullptr;
-    if (what == nullptr) continue;
-    return makeError(collInvalidUsage,
-                     "COLL_CHECK: ranks disagree on the %s: rank 0 called %s(count %llu, datatype %d, op %d, root %d), "
-                     "rank %d called %s(count %llu, datatype %d, op %d, root %d)",
-                     what, collKindName(static_cast<CollKind>(a.kind)), static_cast<unsigned long long>(a.count),
-                     a.dtype, a.op, a.root, r, collKindName(static_cast<CollKind>(b.kind)),
-                     static_cast<unsigned long long>(b.count), b.dtype, b.op, b.root);
-  }
-  return okStatus();
+  return describeCallMismatch(all);
 }
 
 Status Comm::execute(const Work& work) {
@@ -821,7 +877,10 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   buffers.extra = fusedBuffers_.data();
   buffers.nextra = fusedBuffers_.size();
   Status status = fusedExecution_.start(fused_, buffers, *this, seq_);
-  if (status.ok()) status = runToCompletion(fusedExecution_, *this, callDeadline(), waitPolicy_);
+  if (status.ok()) {
+    publishOp("fused collectives", k, calls[0].dtype);
+    status = runExecution(fusedExecution_);
+  }
   return annotate(status, std::to_string(k) + " fused collectives");
 }
 

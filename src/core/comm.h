@@ -19,6 +19,7 @@
 #include "core/bootstrap.h"
 #include "core/coll_args.h"
 #include "core/deadline.h"
+#include "core/failure.h"
 #include "core/planner.h"
 #include "core/status.h"
 #include "core/stream.h"
@@ -88,12 +89,22 @@ class Comm final : public Links {
 
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
+  // Numbers this communicator's collCommShrink calls: each shrink's bootstrap messages get their own tag.
+  uint32_t nextShrinkSeq() { return shrinkSeq_.fetch_add(1, std::memory_order_relaxed); }
 
   // Stops every wait (peers may still be waiting for us: they will see the failure).
   void abort();
   // First fatal error of this communicator (collSuccess while healthy).
   collResult_t asyncError() const { return asyncError_.load(); }
   const std::string& failureMessage() const { return failureMessage_; }
+
+  // Fault tolerance (failure.h; comm_failure.cc). The ranks known to have failed, in the order
+  // learned; safe from any thread.
+  std::vector<int> failedRanks() const { return failures_.ranks(); }
+  // Logs what this rank is doing (op, pending steps, waited-for peers, failure record); any thread.
+  void dump(const char* why);
+  // Marks the communicator unusable here and on every rank.
+  Status revoke();
   // collCommGetStats (read by the thread that issues calls, or after synchronizing the stream).
   collCommStats_t stats() const;
 
@@ -105,7 +116,9 @@ class Comm final : public Links {
   void wait(uint64_t token, int maxMs) override;
   void notifyPeers() override;
   Status checkHealth() override;
-  bool aborting() const override { return aborted_.load(std::memory_order_relaxed); }
+  bool aborting() const override {
+    return aborted_.load(std::memory_order_relaxed) || failures_.interrupted();
+  }
 
  private:
   Comm() = default;
@@ -205,6 +218,45 @@ class Comm final : public Links {
   std::atomic<collResult_t> asyncError_{collSuccess};
   std::string failureMessage_;
   std::atomic<bool> aborted_{false};
+  // ---- fault tolerance (comm_failure.cc) ----
+  FailureRecord failures_;
+  ExecSnapshot snapshot_;  // what the executor is doing, for dumps and peers' wait-for queries
+  std::mutex failMu_;      // guards failureMessage_ (written by the listener thread too)
+  struct Notice {
+    uint32_t tag = 0;
+    std::vector<uint8_t> payload;
+    uint64_t id = 0;
+    int subject = -1;  // the failed rank a FAILED notice names (told last)
+  };
+  std::mutex notifyMu_;
+  std::condition_variable notifyCv_;
+  std::deque<Notice> notifyQueue_;
+  uint64_t noticesQueued_ = 0, noticesSent_ = 0;
+  bool notifyStop_ = false;
+  std::thread notifier_;  // sends FAILED / REVOKED notices to every rank, off the caller's path
+
+  void startFailureHandling();
+  void stopFailureHandling();
+  int controlTimeoutMs() const;  // per control message: clamp(timeout / 8, 200 ms, 2 s)
+  std::string hostOf(int peer) const;  // "198.18.0.4, pid 1234"
+  void notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject);
+  void notifyLoop();
+  // Records `peer` failed (first failure wins); with `propagate`, tells every rank. True if news.
+  bool recordFailure(int peer, const std::string& reason, int reportedBy, bool propagate);
+  std::vector<uint8_t> onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload);
+  // collRemoteError naming the failed rank (or the revoker), or the earlier failure.
+  Status checkUsable();
+  void publishOp(const char* what, uint64_t count, int dtype);
+  // runToCompletion with the snapshot, then diagnose(): every executor run of this communicator.
+  Status runExecution(Execution& execution);
+  Status diagnose(const Status& st, const Execution& execution);
+  Status consequence(const Status& st);
+  // Waits briefly for a notice from another rank; true when one arrived (or the comm was revoked).
+  bool awaitNotice();
+  // A connection to `peer` could not be made: the peer is recorded failed (unless aborting).
+  Status connectFailed(int peer, const Status& st);
+  void followWaitChain(int first, uint64_t mySeq, int* culprit, std::string* reason, std::string* cycle);
+  std::atomic<uint32_t> shrinkSeq_{0};
 };
 
 }  // namespace coll

@@ -68,6 +68,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: what fits in a window half).", false},
     {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank. When set, the planner keeps it; unset, pipelined trees and chains may get another chunk from the planner.", false},
     {"COLL_CHECK", KnobType::Bool, "0", "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).", false},
+    {"COLL_DUMP_ON_SIGNAL", KnobType::Bool, "0", "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the operation, its pending steps and the peers it waits for.", false},
     // Launcher variables read by collCommInitFromEnv.
     {"RANK", KnobType::Int, "", "torchrun: rank.", true},
     {"WORLD_SIZE", KnobType::Int, "", "torchrun: world size.", true},

@@ -264,6 +264,7 @@ void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
   const Schedule& schedule = *schedule_;
   buffers_ = buffers;
   seq_ = seq;
+  failedPeer_ = -1;
   size_t slice = sliceOverride_ != 0 ? sliceOverride_ : schedule_->sliceBytes != 0 ? schedule_->sliceBytes : knobSliceBytes();
   sliceElems_ = std::max<uint64_t>(1, slice / es_);
   const size_t nsteps = schedule.steps.size();
@@ -291,34 +292,40 @@ void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
   links_->notifyPeers();
 }
 
+uint64_t Execution::depAvailable(const Step& s, uint32_t k) const {
+  const Schedule& sc = *schedule_;
+  const Dep& d = sc.deps[k];
+  uint64_t a = 0;
+  switch (d.kind) {
+    case DepKind::Step: {
+      uint64_t dn = done_[d.step];
+      if (dn >= sc.steps[d.step].count) a = s.count;
+      else if (!d.whole && d.unitDen > 0) a = dn * d.unitNum / d.unitDen;
+      else if (!d.whole && d.lead > 0) a = d.lead + dn;
+      else if (!d.whole && dn > d.offset) a = dn - d.offset;
+      break;
+    }
+    case DepKind::PeerStep: {
+      uint64_t v = depAtomic_[k]->load(std::memory_order_acquire);
+      int32_t delta = seqDelta(v >> HostWindows::kSeqShift, seq_);
+      uint64_t elements = v & kElemMask;
+      if (delta > 0 || (delta == 0 && elements >= d.count)) a = s.count;
+      else if (delta == 0 && !d.whole && elements > d.offset) a = elements - d.offset;
+      break;
+    }
+    case DepKind::PeerCall:
+      if (seq_ <= d.lag || depAtomic_[k]->load(std::memory_order_acquire) >= seq_ - d.lag) a = s.count;
+      break;
+  }
+  return a;
+}
+
 uint64_t Execution::available(int32_t index) const {
   const Schedule& sc = *schedule_;
   const Step& s = sc.steps[index];
   uint64_t avail = s.count;
   for (uint32_t k = s.depBegin; k < s.depBegin + s.ndeps; ++k) {
-    const Dep& d = sc.deps[k];
-    uint64_t a = 0;
-    switch (d.kind) {
-      case DepKind::Step: {
-        uint64_t dn = done_[d.step];
-        if (dn >= sc.steps[d.step].count) a = s.count;
-        else if (!d.whole && d.unitDen > 0) a = dn * d.unitNum / d.unitDen;
-        else if (!d.whole && d.lead > 0) a = d.lead + dn;
-        else if (!d.whole && dn > d.offset) a = dn - d.offset;
-        break;
-      }
-      case DepKind::PeerStep: {
-        uint64_t v = depAtomic_[k]->load(std::memory_order_acquire);
-        int32_t delta = seqDelta(v >> HostWindows::kSeqShift, seq_);
-        uint64_t elements = v & kElemMask;
-        if (delta > 0 || (delta == 0 && elements >= d.count)) a = s.count;
-        else if (delta == 0 && !d.whole && elements > d.offset) a = elements - d.offset;
-        break;
-      }
-      case DepKind::PeerCall:
-        if (seq_ <= d.lag || depAtomic_[k]->load(std::memory_order_acquire) >= seq_ - d.lag) a = s.count;
-        break;
-    }
+    const uint64_t a = depAvailable(s, k);
     if (a < avail) {
       avail = a;
       if (avail == 0) return 0;
@@ -505,6 +512,7 @@ Status Execution::poll(bool* done, bool* progressed) {
       char ctx[160];
       snprintf(ctx, sizeof(ctx), "rank %d, call %" PRIu64 ", step %d (%s) with peer %d", rank_, seq_, head,
                head >= 0 ? stepKindName(schedule_->steps[head].kind) : "none", schedule_->peers[p]);
+      failedPeer_ = schedule_->peers[p];
       return st.withContext(ctx);
     }
     if (moved) *progressed = true;
@@ -570,6 +578,7 @@ Status Execution::checkHealth() {
     if (!peerActive(p)) continue;
     Status st = conns_[p]->checkHealth();
     if (!st.ok()) {
+      failedPeer_ = schedule_->peers[p];
       return st.withContext("rank " + std::to_string(rank_) + ", call " + std::to_string(seq_) + ", peer " +
                             std::to_string(schedule_->peers[p]));
     }
@@ -633,6 +642,46 @@ std::string Execution::describePending() const {
   return out;
 }
 
+void Execution::blockedOn(int32_t* step, int32_t* peer) const {
+  *step = -1;
+  *peer = -1;
+  if (schedule_ == nullptr) return;
+  const Schedule& sc = *schedule_;
+  // Steps run in order of their dependencies, so the first pending step that is not held back by
+  // another of this rank's steps is what this rank waits for: a peer's published progress, or
+  // the wire (data not arrived, or no credits to send).
+  for (size_t i = 0; i < sc.steps.size(); ++i) {
+    const Step& s = sc.steps[i];
+    if (done_[i] >= s.count) continue;
+    if (*step < 0) *step = static_cast<int32_t>(i);
+    bool heldLocally = false;
+    for (uint32_t k = s.depBegin; k < s.depBegin + s.ndeps; ++k) {
+      if (depAvailable(s, k) > done_[i]) continue;
+      const Dep& d = sc.deps[k];
+      if (d.kind == DepKind::Step) {
+        heldLocally = true;
+        continue;
+      }
+      *step = static_cast<int32_t>(i);
+      *peer = d.peer;
+      return;
+    }
+    if (!heldLocally && isTransportStep(s.kind)) {
+      *step = static_cast<int32_t>(i);
+      *peer = s.peer;
+      return;
+    }
+  }
+  if (remaining_ == 0) {
+    for (size_t p = 0; p < conns_.size(); ++p) {
+      if (!conns_[p]->sendsFlushed()) {
+        *peer = sc.peers[p];
+        return;
+      }
+    }
+  }
+}
+
 WaitPolicy waitPolicyFor(int localRanks) {
   WaitPolicy policy;
   // The host's online CPUs, not this process's affinity: a rank pinned to one core still has a
@@ -644,10 +693,48 @@ WaitPolicy waitPolicyFor(int localRanks) {
   return policy;
 }
 
-Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy) {
+namespace {
+
+// Publishes that an execution went idle; with `text` (the sleep phase, rare) also what it waits
+// for and its pending steps, which cost a scan of the schedule.
+void publishIdle(const Execution& execution, ExecSnapshot* snap, bool text, bool first) {
+  if (first) {
+    snap->idleSinceNs.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
+                            std::memory_order_release);
+  }
+  if (text) {
+    int32_t step, peer;
+    execution.blockedOn(&step, &peer);
+    snap->step.store(step, std::memory_order_relaxed);
+    snap->waitPeer.store(peer, std::memory_order_relaxed);
+    std::string pending = execution.describePending();
+    std::lock_guard<std::mutex> lock(snap->mu);
+    snap->pending.swap(pending);
+  }
+}
+
+void publishBusy(ExecSnapshot* snap) {
+  snap->idleSinceNs.store(0, std::memory_order_relaxed);
+  snap->step.store(-1, std::memory_order_relaxed);
+  snap->waitPeer.store(-1, std::memory_order_relaxed);
+}
+
+// The communicator learned of a failure (or is aborting): its reason, else the abort.
+Status interrupted(const Execution& execution, Links& links) {
+  Status st = links.checkHealth();
+  if (!st.ok()) return st;
+  return makeError(collRemoteError, "rank %d: call %llu stopped: the communicator is being aborted", links.rank(),
+                   static_cast<unsigned long long>(execution.seq()));
+}
+
+}  // namespace
+
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
+                       ExecSnapshot* snap) {
   const uint64_t spinCount = policy.spins;
   const uint64_t yieldCount = policy.yields;
   uint64_t idle = 0;
+  bool publishedIdle = false;
   Clock::time_point lastHealth{};
   for (;;) {
     bool done = false, progressed = false;
@@ -655,40 +742,62 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
     if (done) return okStatus();
     if (progressed) {
       idle = 0;
+      if (publishedIdle) {
+        publishBusy(snap);
+        publishedIdle = false;
+      }
       continue;
     }
     ++idle;
     bool checkClock;
     if (idle <= spinCount) {
       checkClock = (idle & 1023) == 0;
+      // A failure learned from another rank stops the call within microseconds; one relaxed load.
+      if ((idle & 63) == 0 && links.aborting()) return interrupted(execution, links);
     } else if (idle <= spinCount + yieldCount) {
+      if (snap != nullptr && !publishedIdle) {
+        publishIdle(execution, snap, false, true);
+        publishedIdle = true;
+      }
+      if (links.aborting()) return interrupted(execution, links);
       sched_yield();
       checkClock = (idle & 63) == 0;
     } else {
       Clock::time_point now = Clock::now();
-      if (idle == spinCount + yieldCount + 1) lastHealth = now;
+      if (idle == spinCount + yieldCount + 1) {
+        lastHealth = now;
+        // What it waits for is published from the 100 ms refresh below: a pipelined transfer
+        // sleeps briefly between slices all the time and must not pay for a scan each time.
+        if (snap != nullptr && !publishedIdle) {
+          publishIdle(execution, snap, false, true);
+          publishedIdle = true;
+        }
+      }
       if (now - lastHealth >= std::chrono::milliseconds(100)) {
         COLL_TRY(execution.checkHealth());
         COLL_TRY(links.checkHealth());
+        if (snap != nullptr) publishIdle(execution, snap, true, false);
         lastHealth = now;
       }
       checkClock = true;
-      if (links.aborting()) {
-        return makeError(collRemoteError, "rank %d: call %llu stopped: the communicator is being aborted",
-                         links.rank(), static_cast<unsigned long long>(execution.seq()));
-      }
+      if (links.aborting()) return interrupted(execution, links);
       if (!deadline.expired()) {
         uint64_t token = links.prepareWait();
         COLL_TRY(execution.poll(&done, &progressed));
         if (done) return okStatus();
         if (progressed) {
           idle = 0;
+          if (publishedIdle) {
+            publishBusy(snap);
+            publishedIdle = false;
+          }
           continue;
         }
         links.wait(token, std::min(10, deadline.remainingMs()));
       }
     }
     if (checkClock && deadline.expired()) {
+      if (snap != nullptr) publishIdle(execution, snap, true, !publishedIdle);
       char head[160];
       snprintf(head, sizeof(head),
                "rank %d: collective call %llu timed out after %.1f s (raise COLL_TIMEOUT or the communicator's "

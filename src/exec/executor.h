@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,15 @@ class Execution {
 
   uint64_t seq() const { return seq_; }
 
+  // The peer whose connection failed the last poll()/checkHealth() (-1: none, or not a peer's).
+  int32_t failedPeer() const { return failedPeer_; }
+  // What this rank waits for now: the first pending step and the peer it waits on (-1 when it
+  // waits on nothing remote). For dumps and wait-for queries; call from the executing thread.
+  void blockedOn(int32_t* step, int32_t* peer) const;
+
  private:
   uint64_t available(int32_t step) const;
+  uint64_t depAvailable(const Step& s, uint32_t dep) const;
   bool alignStream(int32_t step, Connection* c, bool sending, bool* moved);
   bool progressSend(int32_t step);
   bool progressRecv(int32_t step);
@@ -110,6 +118,7 @@ class Execution {
   size_t extraNeeded_ = 0;              // 1 + the largest BufKind::Extra index the schedule names
   bool hasZeroCountPublish_ = false;
   bool hasQuantSteps_ = false;
+  int32_t failedPeer_ = -1;
 };
 
 // Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the
@@ -127,7 +136,22 @@ struct WaitPolicy {
 // can have its own core.
 WaitPolicy waitPolicyFor(int localRanks);
 
+// What an execution is doing, for other threads (collCommDump, SIGUSR1, peers' wait-for queries):
+// written by runToCompletion when the rank goes idle (never on the fast path), read anywhere.
+struct ExecSnapshot {
+  std::atomic<bool> running{false};
+  std::atomic<uint64_t> seq{0};            // the call running, or the last one
+  std::atomic<const char*> what{"none"};   // the collective's name (a static string)
+  std::atomic<uint64_t> count{0};
+  std::atomic<int32_t> dtype{-1};
+  std::atomic<int32_t> step{-1};           // first pending step (-1: progressing)
+  std::atomic<int32_t> waitPeer{-1};       // the peer that step waits on (-1: none / progressing)
+  std::atomic<int64_t> idleSinceNs{0};     // steady-clock time it went idle (0: progressing)
+  std::mutex mu;
+  std::string pending;                     // describePending() as of the last idle refresh
+};
+
 Status runToCompletion(Execution& execution, Links& links, Deadline deadline,
-                       const WaitPolicy& policy = WaitPolicy{});
+                       const WaitPolicy& policy = WaitPolicy{}, ExecSnapshot* snapshot = nullptr);
 
 }  // namespace coll
