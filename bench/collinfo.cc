@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
   for (const auto& k : knobs) {
     auto raw = coll::knobRaw(k.name);
     printf("  %-24s %-6s default=%-8s %s%s\n", k.name, typeName(k.type), k.defaultValue[0] ? k.defaultValue : "-",
-           raw ? "value=" : "", raw ? raw->c_str() : "");
+           raw ? "value=" : "",
+           // The job secret is never printed: collinfo output lands in logs and bug reports.
+           !raw ? "" : std::string(k.name) == "COLL_COMM_SECRET" ? "(set, hidden)" : raw->c_str());
     printf("      %s%s\n", k.foreign ? "(set by launchers) " : "", k.doc);
   }
   return 0;

@@ -84,6 +84,10 @@ Status expandItem(const std::string& item, const std::string& list, size_t maxHo
                   std::vector<std::string>* out) {
   size_t open = item.find('[');
   if (open == std::string::npos) {
+    // Bounded like the bracket expansions below (a long list of plain names also counts).
+    if (out->size() >= maxHosts) {
+      return makeError(collInvalidUsage, "Slurm host list '%s' names more than %zu hosts", list.c_str(), maxHosts);
+    }
     out->push_back(item);
     return okStatus();
   }

@@ -34,7 +34,7 @@ void MemoryConnection::recvConsume(size_t bytes) {
 }
 
 MemoryHostWindows::MemoryHostWindows(int32_t firstRank, int32_t size, uint64_t halfBytes, int slots)
-    : firstRank_(firstRank), size_(size), halfBytes_(halfBytes), slots_(slots), data_(size),
+    : firstRank_(firstRank), halfBytes_(halfBytes), slots_(slots), data_(size),
       progress_(new std::atomic<uint64_t>[static_cast<size_t>(size) * slots]),
       completed_(new std::atomic<uint64_t>[size]) {
   for (size_t i = 0; i < static_cast<size_t>(size) * slots; ++i) progress_[i].store(0);

@@ -67,8 +67,8 @@ class MemoryHostWindows final : public HostWindows {
  private:
   size_t index(int rank) const;
 
-  int32_t firstRank_, size_;
-  std::vector<int32_t> ranks_;  // ascending; empty = the block [firstRank_, firstRank_ + size_)
+  int32_t firstRank_;
+  std::vector<int32_t> ranks_;  // ascending; empty = the block of ranks from firstRank_
   uint64_t halfBytes_;
   int slots_;
   std::vector<std::unique_ptr<std::byte[]>> data_;

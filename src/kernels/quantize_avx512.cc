@@ -7,8 +7,10 @@
     defined(__F16C__)
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors (__Y = __Y), which
 // -Wmaybe-uninitialized reports once inlined (GCC bug 105593); the code here reads no such value.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

@@ -12,8 +12,22 @@
 #include "core/log.h"
 #include "kernels/reduce.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace coll::kernels {
 namespace detail {
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+// clang 14's __builtin_cpu_supports does not know "f16c": ask CPUID (leaf 1, ECX) instead.
+bool cpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+#endif
 
 const KernelTable* portableTable() {
   static const KernelTable table = portable::makeTable("sse2");
@@ -27,7 +41,7 @@ bool simdLevelSupported(SimdLevel level) {
     case SimdLevel::Avx2:
 #if defined(__x86_64__) || defined(__i386__)
       // CPU checks first: building a table runs code compiled for that ISA.
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuHasF16c() &&
              avx2Table() != nullptr;
 #else
       return false;
@@ -36,7 +50,7 @@ bool simdLevelSupported(SimdLevel level) {
 #if defined(__x86_64__) || defined(__i386__)
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && avx512Table() != nullptr;
+             __builtin_cpu_supports("fma") && cpuHasF16c() && avx512Table() != nullptr;
 #else
       return false;
 #endif

@@ -57,6 +57,8 @@ Status PairBootstrap::pump(Deadline deadline) {
     ssize_t n = ::recv(control_.fd(), buf, sizeof(buf), 0);
     if (n > 0) {
       inbuf_.insert(inbuf_.end(), buf, buf + n);
+      // Bounded: at most one whole frame is buffered unparsed; the rest waits in the socket.
+      if (inbuf_.size() >= kMaxFrame + 8) break;
       continue;
     }
     if (n == 0) {

@@ -84,6 +84,20 @@ Status validate(const IbWireInfo& in, const IbPortInfo& local, int peer) {
   return okStatus();
 }
 
+}  // namespace
+
+Status checkIbConnectInfo(const uint8_t* bytes, size_t size, const IbPortInfo& local, int peer) {
+  if (size != sizeof(IbWireInfo)) {
+    return makeError(collRemoteError, "rank %d sent %zu bytes of ib connection data (expected %zu); are both ranks "
+                     "running the same library version?", peer, size, sizeof(IbWireInfo));
+  }
+  IbWireInfo in;
+  memcpy(&in, bytes, sizeof(in));
+  return validate(in, local, peer);
+}
+
+namespace {
+
 Status allocRegistered(IbDevice& dev, size_t bytes, int access, const char* what, void** mem, ibv_mr** mr) {
   const size_t rounded = (bytes + 4095) & ~size_t{4095};
   *mem = aligned_alloc(4096, rounded);
@@ -216,13 +230,9 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
   COLL_TRY(bootstrap.send(peer, kIbTagInfo, &mine, sizeof(mine), deadline));
   std::vector<uint8_t> raw;
   COLL_TRY(bootstrap.recv(peer, kIbTagInfo, &raw, sizeof(IbWireInfo), deadline));
-  if (raw.size() != sizeof(IbWireInfo)) {
-    return makeError(collRemoteError, "rank %d sent %zu bytes of ib connection data (expected %zu); are both ranks "
-                     "running the same library version?", peer, raw.size(), sizeof(IbWireInfo));
-  }
+  COLL_TRY(checkIbConnectInfo(raw.data(), raw.size(), port, peer));
   IbWireInfo theirs;
   memcpy(&theirs, raw.data(), sizeof(theirs));
-  COLL_TRY(validate(theirs, port, peer));
 
   // Both sides compute the same agreement from the two proposals.
   const int agreed = std::min(qps, static_cast<int>(theirs.qps));

@@ -71,6 +71,10 @@ struct IbPortInfo {
   std::string describe() const;  // "mlx5_0:1 RoCE v2 (GID index 3)"
 };
 
+// The connection data a peer sends over the bootstrap (QPNs, PSNs, GID/LID, MTU, ring addresses):
+// remote bytes, checked field by field against this port before any is used (tests/fuzz calls it too).
+Status checkIbConnectInfo(const uint8_t* bytes, size_t size, const IbPortInfo& local, int peer);
+
 // Registration cache: a buffer range is registered once and found again by address; evict()
 // (memory about to be freed) and the destructor deregister. dmabuf regions (GPU memory exported
 // by the CUDA driver) are cached by (fd, offset, length).

@@ -12,13 +12,6 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x636f5443u;  // "coTC"
 constexpr uint32_t kHelloVersion = 1;
 
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint32_t streams;
-  uint32_t stripeLog2;
-};
-
 uint32_t log2Of(uint64_t v) {
   uint32_t l = 0;
   while ((uint64_t{1} << (l + 1)) <= v) ++l;
@@ -26,6 +19,30 @@ uint32_t log2Of(uint64_t v) {
 }
 
 }  // namespace
+
+// Host byte order, as before this was a function: both ends are the same build.
+void encodeTcpHello(const TcpHello& hello, uint8_t out[kTcpHelloBytes]) {
+  const uint32_t words[4] = {kHelloMagic, kHelloVersion, hello.streams, hello.stripeLog2};
+  memcpy(out, words, sizeof(words));
+}
+
+Status parseTcpHello(const uint8_t* bytes, size_t size, TcpHello* out) {
+  uint32_t w[4] = {};
+  if (size != kTcpHelloBytes) {
+    return makeError(collRemoteError, "a TCP handshake of %zu bytes instead of %zu", size, kTcpHelloBytes);
+  }
+  memcpy(w, bytes, sizeof(w));
+  // Untrusted until checked: the count bounds the accept loop and the stripe sizes our rings.
+  if (w[0] != kHelloMagic || w[1] != kHelloVersion || w[2] < 1 || w[2] > static_cast<uint32_t>(kTcpMaxStreams) ||
+      w[3] < 6 || w[3] > 26) {
+    return makeError(collRemoteError,
+                     "a malformed TCP handshake (magic %08x, version %u, %u streams, stripe 2^%u); are both "
+                     "ranks running the same library version?", w[0], w[1], w[2], w[3]);
+  }
+  out->streams = w[2];
+  out->stripeLog2 = w[3];
+  return okStatus();
+}
 
 Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Deadline deadline,
                   std::unique_ptr<Connection>* out) {
@@ -46,9 +63,11 @@ Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Dea
     }
     Socket first;
     COLL_TRY(bootstrap.connectData(peer, kTcpTagBase, &first, deadline).withContext(context("connect")));
-    Hello hello{kHelloMagic, kHelloVersion, static_cast<uint32_t>(agreed.streams), log2Of(agreed.stripeBytes)};
+    TcpHello hello{static_cast<uint32_t>(agreed.streams), log2Of(agreed.stripeBytes)};
     agreed.stripeBytes = uint64_t{1} << hello.stripeLog2;
-    COLL_TRY(first.sendAll(&hello, sizeof(hello), deadline).withContext(context("handshake")));
+    uint8_t wire[kTcpHelloBytes];
+    encodeTcpHello(hello, wire);
+    COLL_TRY(first.sendAll(wire, sizeof(wire), deadline).withContext(context("handshake")));
     sockets.push_back(std::move(first));
     for (int i = 1; i < agreed.streams; ++i) {
       Socket s;
@@ -58,16 +77,10 @@ Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Dea
   } else {
     Socket first;
     COLL_TRY(bootstrap.acceptData(peer, kTcpTagBase, &first, deadline).withContext(context("accept")));
-    Hello hello{};
-    COLL_TRY(first.recvAll(&hello, sizeof(hello), deadline).withContext(context("handshake")));
-    // Untrusted until checked: the count bounds the loop below and the stripe sizes our rings.
-    if (hello.magic != kHelloMagic || hello.version != kHelloVersion || hello.streams < 1 ||
-        hello.streams > static_cast<uint32_t>(kTcpMaxStreams) || hello.stripeLog2 < 6 || hello.stripeLog2 > 26) {
-      return makeError(collRemoteError,
-                       "rank %d (%s) sent a malformed TCP handshake (magic %08x, version %u, %u streams, "
-                       "stripe 2^%u); are both ranks running the same library version?",
-                       peer, peerName.c_str(), hello.magic, hello.version, hello.streams, hello.stripeLog2);
-    }
+    uint8_t wire[kTcpHelloBytes];
+    COLL_TRY(first.recvAll(wire, sizeof(wire), deadline).withContext(context("handshake")));
+    TcpHello hello;
+    COLL_TRY(parseTcpHello(wire, sizeof(wire), &hello).withContext(context("handshake")));
     if (static_cast<int>(hello.streams) != agreed.streams) {
       COLL_INFO(me, "TCP to rank %d: using its %u streams (COLL_NSOCKS_PERPEER=%d here)", peer, hello.streams,
                 agreed.streams);

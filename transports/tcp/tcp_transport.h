@@ -32,6 +32,17 @@ struct TcpOptions {
 // less so that every stream has at least two stripes of the ring to work on.
 TcpOptions tcpOptionsFromConfig();
 
+// The handshake the lower rank sends on the first stream: the stream count and the stripe. Remote
+// bytes: parseTcpHello checks the magic, version, 1..kTcpMaxStreams streams and a 64 B..64 MiB
+// stripe (tests/fuzz calls it too).
+constexpr size_t kTcpHelloBytes = 16;
+struct TcpHello {
+  uint32_t streams = 0;
+  uint32_t stripeLog2 = 0;
+};
+void encodeTcpHello(const TcpHello& hello, uint8_t out[kTcpHelloBytes]);
+Status parseTcpHello(const uint8_t* bytes, size_t size, TcpHello* out);
+
 // Both ranks of a pair call this when they first need each other: the lower rank connects
 // `streams` sockets (bootstrap.connectData(peer, kTcpTagBase + i)) and tells the higher one the
 // stream count and stripe over the first; the higher rank accepts them.

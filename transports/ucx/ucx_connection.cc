@@ -284,13 +284,18 @@ void UcxConnection::advanceReceived() {
   }
 }
 
+bool UcxConnection::dataHeaderFits(const DataHeader& h, size_t length, const RecvWindow& w) {
+  return w.ring != 0 && h.len == length && h.len > 0 && h.len <= w.ring && h.pos % w.ring + h.len <= w.ring &&
+         h.pos >= w.received && h.pos - w.consumed <= w.ring - h.len && h.seq >= w.recvSeq &&
+         h.seq - w.recvSeq < kMaxMessages;
+}
+
 void UcxConnection::onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param) {
   const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   // Untrusted until checked: the position and length decide where in our ring bytes land.
   RecvSlot& slot = slots_->recvs[h.seq % kMaxMessages];
-  const bool valid = error_.ok() && ring_ != 0 && h.len == length && h.len > 0 && h.len <= ring_ &&
-                     h.pos % ring_ + h.len <= ring_ && h.pos >= received_ && h.pos - consumed_ <= ring_ - h.len &&
-                     h.seq >= recvSeq_ && h.seq - recvSeq_ < kMaxMessages && slot.state == 0;
+  const bool valid = error_.ok() && slot.state == 0 &&
+                     dataHeaderFits(h, length, RecvWindow{ring_, consumed_, received_, recvSeq_});
   if (!valid) {
     if (rendezvous) ucp_am_data_release(net_.worker(), data);
     if (!error_.ok()) return;

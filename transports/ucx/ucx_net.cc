@@ -361,6 +361,11 @@ Status parseHello(const std::vector<uint8_t>& msg, int peer, const std::string& 
 
 }  // namespace
 
+Status checkUcxHello(const uint8_t* bytes, size_t size, int peer) {
+  Hello h{};
+  return parseHello(std::vector<uint8_t>(bytes, bytes + size), peer, "rank " + std::to_string(peer), &h);
+}
+
 Status UcxNet::sendHello(int peer, uint64_t ring, uint64_t message, Deadline deadline) {
   std::vector<uint8_t> hello(sizeof(Hello) + addressLength_);
   Hello mine{kHelloMagic, kHelloVersion, bootstrap_.rank(), static_cast<uint32_t>(addressLength_), ring, message};

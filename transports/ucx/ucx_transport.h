@@ -26,6 +26,10 @@ constexpr unsigned kUcxAmCredit = 0x4c44;
 constexpr uint32_t kDataMagic = 0x55434461u;    // "UCDa"
 constexpr uint32_t kCreditMagic = 0x55434372u;  // "UCCr"
 
+// Checks the handshake a peer sends over the bootstrap (sizes, rank, worker-address length): the
+// parser connect uses, callable on bytes (tests/fuzz).
+Status checkUcxHello(const uint8_t* bytes, size_t size, int peer);
+
 struct UcxOptions {
   std::string tls;                       // COLL_UCX_TLS; empty = UCX's own choice
   uint64_t ringBytes = 4ull << 20;       // COLL_UCX_RING_BYTES (each of send and receive)
@@ -123,6 +127,18 @@ class UcxConnection final : public Connection {
   static constexpr uint64_t kMaxMessages = 256;
   static constexpr uint64_t kMaxSends = 64;  // send requests in flight
   static constexpr int kCreditSlots = 8;
+
+  // Where an arriving data message may land (the receiver's state; remote bytes are checked
+  // against it by dataHeaderFits, which tests/fuzz calls too).
+  struct RecvWindow {
+    uint64_t ring = 0;      // ring bytes (0: not allocated)
+    uint64_t consumed = 0;  // stream bytes the executor has consumed
+    uint64_t received = 0;  // stream bytes received in order
+    uint64_t recvSeq = 0;   // the next message expected in order
+  };
+  // True when the header's bytes fit: length as delivered, inside the ring without wrapping, not
+  // before what was received nor over bytes not yet consumed, and within kMaxMessages of recvSeq.
+  static bool dataHeaderFits(const DataHeader& h, size_t length, const RecvWindow& w);
 
   // watchPid: the peer's process when it runs on this host (0 otherwise), checked by checkHealth.
   UcxConnection(UcxNet& net, int rank, int peer, std::string peerName, int32_t watchPid);

@@ -1,0 +1,17 @@
+// libFuzzer target: the ib transport's connection data from a peer (checkIbConnectInfo), checked
+// against a RoCE and an InfiniBand local port.
+#include <cstddef>
+#include <cstdint>
+
+#include "transports/ib/ib_transport.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  coll::IbPortInfo local;
+  local.device = "fuzz0";
+  local.port = 1;
+  local.ethernet = data[0] & 1;
+  local.gidType = local.ethernet ? "RoCE v2" : "IB";
+  (void)coll::checkIbConnectInfo(data + 1, size - 1, local, 1);
+  return 0;
+}

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# Writes the seed corpora (corpus/<target>/): small valid and near-valid inputs for each fuzz
+# target. Rerun after changing a wire format; libFuzzer finds the rest from these.
+import os, struct
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+def write(target, name, data):
+    d = os.path.join(root, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+def addr4(port, ip=(127, 0, 0, 1)):
+    return bytes([4, 0]) + struct.pack("<H", port) + b"\0" * 4 + bytes(ip) + b"\0" * 12
+
+def addr6(port, scope=0):
+    return bytes([6, 0]) + struct.pack("<HI", port, scope) + b"\0" * 15 + b"\1"
+
+def entry(a, host=0x1234, pid=42, mask=3):
+    return a + struct.pack("<QII", host, pid, mask)
+
+# bootstrap: [selector][nranks int32][nonce u64][payload]
+def boot(sel, n, nonce, payload):
+    return bytes([sel]) + struct.pack("<iQ", n, nonce) + payload
+HELLO = 0x4C484C43
+for name, sel, n, p in [
+    ("hello_message", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, 100)),
+    ("hello_data", 0, 4, struct.pack("<IIiII", HELLO, 2, 3, 0x54430000, 0)),
+    ("hello_table_root", 0, 4, struct.pack("<IIiII", HELLO, 3, -1, 0, 160)),
+    ("hello_too_big", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, (16 << 20) + 1)),
+    ("hello_bad_type", 0, 4, struct.pack("<IIiII", HELLO, 9, 1, 5, 0)),
+    ("hello_truncated", 0, 4, struct.pack("<III", HELLO, 1, 1)),
+    ("reg_ok", 1, -1, struct.pack("<IIiiQ", 0x47524C43, 1, 1, 4, 77) + entry(addr4(5000))),
+    ("reg_v6", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 3, 4, 77) + entry(addr6(6000, 2))),
+    ("reg_bad_rank", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 9, 4, 77) + entry(addr4(5000))),
+    ("reg_bad_family", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 1, 4, 77) + entry(b"\5" + addr4(1)[1:])),
+    ("table_2", 2, 0, entry(addr4(5000)) + entry(addr6(5001))),
+    ("failed", 3, 4, struct.pack("<iI", 2, 17) + b"connection closed"),
+    ("failed_long", 3, 4, struct.pack("<iI", 2, 5000) + b"x" * 40),
+    ("waitfor", 4, 4, struct.pack("<IQiiIi", 1, 12, 3, 7, 250, -1) + b"\0" * 4),
+    ("waitfor_bad_peer", 4, 4, struct.pack("<IQiiIi", 1, 12, 9, 7, 250, 5) + b"\0" * 4),
+    ("table_port0", 2, 1, entry(addr4(0))),
+]:
+    write("bootstrap", name, boot(sel, n, 77, p))
+
+# unique id: magic, version u16, flags, pad, address (24), secret (16), nonce (8), zeros to 128
+def uid(flags, a, secret=bytes(range(16)), nonce=99):
+    b = struct.pack("<IHBB", 0x44494C43, 1, flags, 0) + a + secret + struct.pack("<Q", nonce)
+    return b + b"\0" * (128 - len(b))
+write("unique_id", "v4_auth", uid(1, addr4(29500)))
+write("unique_id", "v6_noauth", uid(0, addr6(29500, 1)))
+write("unique_id", "bad_flags", uid(2, addr4(29500)))
+write("unique_id", "port0", uid(1, addr4(0)))
+write("unique_id", "short", uid(1, addr4(1))[:20])
+
+# tcp hello: magic, version, streams, stripe log2
+write("tcp_hello", "ok", struct.pack("<IIII", 0x636F5443, 1, 2, 19))
+write("tcp_hello", "max", struct.pack("<IIII", 0x636F5443, 1, 64, 26))
+write("tcp_hello", "too_many_streams", struct.pack("<IIII", 0x636F5443, 1, 65, 19))
+write("tcp_hello", "short", struct.pack("<III", 0x636F5443, 1, 2))
+
+# nccl_net, even first byte: message stream [groups-1][piece-1][n-1, (tag, size/17)*n ...] frames
+def frame(tag, payload):
+    return struct.pack("<IiQ", 0x4E434D31, tag, len(payload)) + payload
+write("nccl_net", "stream_one", b"\0" + bytes([0, 63, 0, 1, 2]) + frame(1, b"x" * 20))
+write("nccl_net", "stream_group", b"\0" + bytes([1, 3, 1, 0, 1, 1, 1, 2, 0, 3]) + frame(1, b"a" * 17) + frame(0, b"b" * 10) + frame(2, b""))
+write("nccl_net", "stream_too_big", b"\0" + bytes([0, 7, 0, 1, 1]) + frame(1, b"y" * 40))
+write("nccl_net", "stream_bad_magic", b"\0" + bytes([0, 7, 0, 1, 1]) + b"\xff" * 16)
+# odd first byte: pair bootstrap control frames [wanted tag][tag u32, size u32, payload]...
+def ctl(tag, payload):
+    return struct.pack("<II", tag, len(payload)) + payload
+write("nccl_net", "control_two", b"\1" + bytes([1]) + ctl(2, b"hello") + ctl(1, b"x" * 30))
+write("nccl_net", "control_huge", b"\1" + bytes([0]) + struct.pack("<II", 0, 1 << 30))
+write("nccl_net", "control_truncated", b"\1" + bytes([0]) + ctl(0, b"abc")[:9])
+
+# config: [selector][text]
+for i, (sel, text) in enumerate([
+    (0, b"allreduce:ring,tree;allgather:^bruck"), (0, b"^tree"), (0, b"ring"), (0, b"allreduce:nosuch"),
+    (1, b"eth,ib\neth0"), (1, b"^docker,lo\nlo"), (1, b"=eth0\neth0"), (2, b"AF_INET6"), (2, b"4"),
+    (3, b"4K"), (3, b"2M"), (3, b"18446744073709551615G"), (4, b"node[01-04,07],gpu5"), (4, b"a[1-3]b[7-9]"),
+    (5, b"00112233445566778899aabbccddeeff"), (5, b"some passphrase"), (6, b"\x10\x00" + b"4x4"),
+    (6, b"\x1c\x00" + b"2x7x2"), (7, b"mlx5_0:1,mlx5_1"), (7, b"^=rxe0"), (8, b"127.0.0.1:5000"),
+    (8, b"[::1]:80"), (9, b"node[1-3]"),
+]):
+    write("config", "seed%02d" % i, bytes([sel]) + text)
+
+# ib_connect: [local is RoCE][IbWireInfo: 18 u32/u64 fields then 16 qpn + 16 psn]
+def ibinfo(qps=1, ring=20, depth=64, mtu=3, eth=1, lid=0, qpn=0x11):
+    b = struct.pack("<8I", 0x6F434249, 1, qps, ring, depth, mtu, eth, lid) + bytes(range(16))
+    b += struct.pack("<QQII", 0x10000, 0x20000, 7, 8)
+    return b + struct.pack("<16I", *([qpn] * qps + [0] * (16 - qps))) + struct.pack("<16I", *([5] * 16))
+write("ib_connect", "roce", b"\1" + ibinfo())
+write("ib_connect", "ib", b"\0" + ibinfo(eth=0, lid=4, qps=4))
+write("ib_connect", "bad_qpn", b"\1" + ibinfo(qpn=0x1000000))
+write("ib_connect", "short", b"\1" + ibinfo()[:100])
+
+# collCommShrink (fuzz_shrink): selector byte (0 request, 1 answer), nranks - 1 (16-bit), message.
+def shrink_req(seq, n, count, digest, listed):
+    return struct.pack("<IIIIQI", 0x51524853, seq, n, count, digest, len(listed)) + b"".join(
+        struct.pack("<i", x) for x in listed)
+def shrink_ans(seq, code, newn, text=b""):
+    return struct.pack("<IIII", 0x50524853, seq, code, newn) + bytes(range(128)) + struct.pack("<I", len(text)) + text
+def shrink_seed(which, n, msg):
+    return bytes([which]) + struct.pack("<H", n - 1) + msg
+write("shrink", "req_two", shrink_seed(0, 8, shrink_req(0, 8, 2, 0x1234, [1, 5])))
+write("shrink", "req_digest_only", shrink_seed(0, 8, shrink_req(3, 8, 2, 0x1234, [])))
+write("shrink", "req_unsorted", shrink_seed(0, 8, shrink_req(0, 8, 2, 0x1234, [5, 1])))
+write("shrink", "ans_ok", shrink_seed(1, 8, shrink_ans(0, 0, 6)))
+write("shrink", "ans_error", shrink_seed(1, 8, shrink_ans(1, 5, 0, b"rank 1 passed different excludeRanks")))
+write("shrink", "ans_truncated", shrink_seed(1, 8, shrink_ans(0, 0, 6)[:40]))
+
+# ucx, even first byte (peer rank = byte >> 1): Hello {magic, version, rank, addressLength, ring,
+# message} + worker address; odd: [1][DataHeader][length][ring log2][consumed][in flight][recvSeq]
+def ucx_hello(rank, addr_len, ring=1 << 20, msg=1 << 16, extra=0):
+    return bytes([rank << 1]) + struct.pack("<IIiIQQ", 0x636F5543, 1, rank, addr_len, ring, msg) + b"a" * (addr_len + extra)
+write("ucx", "hello_ok", ucx_hello(3, 40))
+write("ucx", "hello_len_mismatch", ucx_hello(3, 40, extra=1))
+write("ucx", "hello_bad_ring", ucx_hello(3, 40, ring=100))
+def ucx_data(seq, pos, ln, delivered, ring_log2, consumed, inflight, recvseq):
+    return b"\1" + struct.pack("<IiQQQ", 0x55434461, 1, seq, pos, ln) + struct.pack("<Q", delivered) + \
+        bytes([ring_log2]) + struct.pack("<QQQ", consumed, inflight, recvseq)
+write("ucx", "data_ok", ucx_data(5, 8192, 1024, 1024, 8, 4096, 4096, 5))
+write("ucx", "data_wraps", ucx_data(5, (1 << 20) - 10, 1024, 1024, 8, 1 << 20, 0, 5))
+write("ucx", "data_overrun", ucx_data(6, 4096 + (1 << 20), 64, 64, 8, 4096, 0, 5))
+write("ucx", "data_odd_ring", ucx_data(0, 0, 64, 64, 0x85, 0, 0, 0))
+
+# fault tolerance (fuzz_failure): selector byte (0 FAILED notice, 1 wait-for answer), nranks - 1
+# (16-bit), message. FAILED: rank int32, reason length u32, reason; answer: 32 bytes.
+def fail_seed(which, n, msg):
+    return bytes([which]) + struct.pack("<H", n - 1) + msg
+REASON = b"connection closed"
+write("failure", "failed_ok", fail_seed(0, 8, struct.pack("<iI", 3, len(REASON)) + REASON))
+write("failure", "failed_bad_rank", fail_seed(0, 2, struct.pack("<iI", 5, len(REASON)) + REASON))
+write("failure", "failed_truncated", fail_seed(0, 8, struct.pack("<iI", 3, 40) + REASON))
+WAITFOR = struct.pack("<IQiiIiI", 1, 7, 2, 5, 10, -1, 0)
+write("failure", "waitfor_ok", fail_seed(1, 4, WAITFOR))
+write("failure", "waitfor_bad_peer", fail_seed(1, 2, WAITFOR))
+write("failure", "waitfor_short", fail_seed(1, 4, WAITFOR[:20]))
