@@ -1,0 +1,104 @@
+#!/bin/bash
+# The whole CI in one command (the README's test command and .ci/run): dependencies, the build and
+# its ci tier, then ci tests again under ASan+UBSan and under TSan (CMakePresets.json).
+#
+# Usage: tests/run_ci.sh [PHASE...]   PHASE: deps build asan-ubsan tsan (default: all, in this order)
+# A sanitizer report fails the phase even where a test script does not look at a process' exit
+# status: the sanitizers write their reports to files (log_path), and any file there is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# ---- under ASan+UBSan: the whole ci tier except these (ctest -E, test names), for the reason given
+asan_exclude=(
+  # packaging, not memory safety: the C consumer links the instrumented library without the runtime
+  '^install\.consumer$'
+  # three 60-70 s runs without sanitizers and several times that under ASan (CI's time budget); the
+  # namespace and bridge code they run is covered by mp.emucluster.tool and mp.netns_two_hosts
+  '^mp\.emucluster\.(2_2_2_2|3_3_3|3_3_2)$'
+  # full-size runs (a 1M-element case, 20-35 s each without sanitizers) pass their 150 s limit under
+  # ASan on 2 cores; the same program runs with --quick at 8 ranks (np8) over shm and tcp
+  '^mp\.allreduce\.np[234]\.(shm|tcp)$'
+  '^mp\.allreduce\.np4\.algo_(ring|direct)$'
+  # single-process number crunching (80-90 s under ASan): the 1024-rank schedule structure and the
+  # 4-bit convergence run; the same builders and kernels run at smaller sizes in the other tests
+  '^CollectiveSchedules\.StructureAt1024Ranks$'
+  '^Convergence\.Int4WithErrorFeedbackTracksFloat32$'
+)
+
+# ---- under TSan: the threading-heavy unit executables and the multi-process fault paths --------
+# host streams and their progress thread, the bootstrap listener, communicators whose ranks are
+# threads (over shm and tcp), abort and failure propagation, shrink, collective checks, listeners
+# under attack; in real processes: a killed rank, a stalled rank and abort, shrink and restart.
+tsan_units=(test_api_streams test_api test_bootstrap test_env_bootstrap test_shm test_tcp test_socket
+  test_failure test_shrink test_coll_check test_wire_security)
+tsan_tests='^fault\.(kill_rank\.np3|stall_rank\.np4|stall_abort\.np4|shrink_restart\.np6)\.(shm|tcp)$'
+tsan_targets=(collrun fault_kill_rank fault_stall fault_shrink_restart)
+# The tsan build holds only those executables: every other ci test there has no program.
+tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install)\.|_NOT_BUILT$'
+
+phases=("$@")
+if [ ${#phases[@]} -eq 0 ]; then phases=(deps build asan-ubsan tsan); fi
+timings=()
+run_phase() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "==== run_ci: $name"
+  "$@"
+  timings+=("$name $((SECONDS - start)) s")
+  echo "==== run_ci: $name passed in $((SECONDS - start)) s"
+}
+
+# Runs ctest with the sanitizers writing to LOGDIR, then fails if ctest failed or any report exists.
+sanitized_ctest() {
+  local logdir=$1 rc=0 f
+  shift
+  rm -rf "$logdir" && mkdir -p "$logdir"
+  ctest "$@" || rc=$?
+  for f in "$logdir"/*; do
+    [ -e "$f" ] || continue
+    echo "==== sanitizer report $f:" && cat "$f"
+    rc=1
+  done
+  return $rc
+}
+
+phase_deps() { bash .ci/deps; }
+
+phase_build() {
+  cmake -S . -B build && cmake --build build -j2 && ctest --test-dir build -L ci --output-on-failure -j2
+}
+
+phase_asan_ubsan() {
+  local dir=build-asan-ubsan exclude
+  exclude=$(IFS='|'; echo "${asan_exclude[*]}")
+  cmake --preset asan-ubsan && cmake --build --preset asan-ubsan || return 1
+  local logs=$PWD/$dir/sanitizer-logs
+  ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan" \
+    LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan" \
+    sanitized_ctest "$logs" --test-dir "$dir" -L ci -E "$exclude" --output-on-failure -j2
+}
+
+phase_tsan() {
+  local dir=build-tsan units=() t
+  for t in "${tsan_units[@]}"; do
+    if [ -f "tests/unit/$t.cc" ]; then units+=("$t"); fi
+  done
+  cmake --preset tsan && cmake --build --preset tsan --target "${units[@]}" "${tsan_targets[@]}" || return 1
+  local logs=$PWD/$dir/sanitizer-logs
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$logs/tsan:suppressions=$PWD/tests/sanitizers/tsan.supp" \
+    sanitized_ctest "$logs" --test-dir "$dir" -L ci -E "$tsan_unbuilt" --output-on-failure -j2 &&
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$logs/tsan:suppressions=$PWD/tests/sanitizers/tsan.supp" \
+      sanitized_ctest "$logs" --test-dir "$dir" -R "$tsan_tests" --output-on-failure -j2
+}
+
+for p in "${phases[@]}"; do
+  case $p in
+    deps) run_phase deps phase_deps ;;
+    build) run_phase build phase_build ;;
+    asan-ubsan) run_phase asan-ubsan phase_asan_ubsan ;;
+    tsan) run_phase tsan phase_tsan ;;
+    *) echo "run_ci: unknown phase '$p' (deps build asan-ubsan tsan)" >&2; exit 2 ;;
+  esac
+done
+echo "==== run_ci: all passed (${timings[*]})"
