@@ -219,14 +219,20 @@ TEST(Failure, DumpOfIdleCommunicator) {
 
 TEST(Failure, DumpShowsOperationStepAndWaitedPeer) {
   LogCapture log;
-  runRanks(2, 10000, [&](int rank, collComm_t comm) {
+  std::atomic<bool> dumped{false};
+  runRanks(2, 20000, [&](int rank, collComm_t comm) {
     std::vector<float> buf(1024, 1.0f);
     if (rank == 1) {
-      std::this_thread::sleep_for(Ms(800));
+      // Joins only once rank 0's dump has shown it waiting (or after 10 s: the checks below fail).
+      for (int i = 0; i < 1000 && !dumped.load(); ++i) std::this_thread::sleep_for(Ms(10));
     } else {
-      std::thread dumper([comm] {
-        std::this_thread::sleep_for(Ms(400));
-        EXPECT_EQ(collCommDump(comm), collSuccess);
+      std::thread dumper([&] {
+        // On a loaded machine rank 0 may not be in its call yet: dump until it is seen waiting.
+        for (int i = 0; i < 40 && log.find("waits for rank 1").empty(); ++i) {
+          std::this_thread::sleep_for(Ms(200));
+          EXPECT_EQ(collCommDump(comm), collSuccess);
+        }
+        dumped = true;
       });
       EXPECT_EQ(allReduce(comm, buf), collSuccess) << collGetLastError(comm);
       dumper.join();
@@ -235,11 +241,11 @@ TEST(Failure, DumpShowsOperationStepAndWaitedPeer) {
     EXPECT_EQ(allReduce(comm, buf), collSuccess) << collGetLastError(comm);
     return false;
   });
-  const std::string dump = log.find("dump (collCommDump)");
+  const std::string dump = log.find("waits for rank 1");
   ASSERT_FALSE(dump.empty());
+  EXPECT_NE(dump.find("dump (collCommDump)"), std::string::npos) << dump;
   EXPECT_NE(dump.find("in allreduce (count 1024"), std::string::npos) << dump;
   EXPECT_NE(dump.find(", call "), std::string::npos) << dump;
-  EXPECT_NE(dump.find("waits for rank 1"), std::string::npos) << dump;
   EXPECT_NE(dump.find("step"), std::string::npos) << dump;
 }
 
