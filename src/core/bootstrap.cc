@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/auth.h"
+#include "core/byte_order.h"
 #include "core/config.h"
 #include "core/failure.h"
 #include "core/log.h"
@@ -64,20 +65,12 @@ const char* regReplyText(uint32_t code) {
   }
 }
 
-void put16(uint8_t* p, uint16_t v) { p[0] = v & 0xff, p[1] = v >> 8; }
-void put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = (v >> (8 * i)) & 0xff; }
-void put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = (v >> (8 * i)) & 0xff; }
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+using le::get16;
+using le::get32;
+using le::get64;
+using le::put16;
+using le::put32;
+using le::put64;
 
 // family code (4/6), pad, port, IPv6 scope id, 16 address bytes.
 bool putAddress(uint8_t* p, const SocketAddress& a) {

@@ -4,26 +4,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/byte_order.h"
+
 namespace coll {
 
 namespace {
 
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+using le::get32;
+using le::get64;
+using le::put32;
+using le::put64;
 
 // Reason texts come off the wire and end up in logs: keep them printable.
 std::string printable(const uint8_t* p, size_t n) {

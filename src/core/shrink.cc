@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "core/auth.h"
+#include "core/byte_order.h"
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -21,22 +22,10 @@ constexpr uint32_t kReplyMagic = 0x50524853u;    // "SHRP"
 constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                     // magic seq nranks count digest listed
 constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + sizeof(collUniqueId) + 4;  // magic seq code newNranks id textLen
 
-void put32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put64(std::vector<uint8_t>& b, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+using le::get32;
+using le::get64;
+using le::put32;
+using le::put64;
 
 // "{2, 5, 7}", shortened for long lists: error messages stay readable at 100,000 ranks.
 std::string rankSet(const std::vector<int>& ranks) {
