@@ -341,6 +341,23 @@ void captureLog(LogLevel, const char* message) {
   gLog += '\n';
 }
 
+// Sends every log line (at the level COLL_DEBUG now says) to gLog, cleared.
+void startLogCapture() {
+  logReset();
+  setLogSink(captureLog);
+  std::lock_guard<std::mutex> lock(gLogMu);
+  gLog.clear();
+}
+
+// Stops the capture (and COLL_DEBUG) and returns what was logged.
+std::string stopLogCapture() {
+  setLogSink(nullptr);
+  unsetenv("COLL_DEBUG");
+  logReset();
+  std::lock_guard<std::mutex> lock(gLogMu);
+  return gLog;
+}
+
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
   return s;
@@ -349,12 +366,7 @@ std::string upper(std::string s) {
 TEST(WireSecret, NeverAppearsInTraceLogsOrErrors) {
   testutil::ScopedEnv debug("COLL_DEBUG", "TRACE");
   testutil::ScopedEnv transport("COLL_TRANSPORT", "tcp");
-  logReset();
-  setLogSink(captureLog);
-  {
-    std::lock_guard<std::mutex> lock(gLogMu);
-    gLog.clear();
-  }
+  startLogCapture();
   collUniqueId id;
   ASSERT_EQ(collGetUniqueId(&id), collSuccess);
   UniqueIdContents contents;
@@ -391,14 +403,7 @@ TEST(WireSecret, NeverAppearsInTraceLogsOrErrors) {
     std::lock_guard<std::mutex> lock(errorsMu);
     errors.push_back(collGetLastError(nullptr));
   }
-  setLogSink(nullptr);
-  unsetenv("COLL_DEBUG");
-  logReset();
-  std::string log;
-  {
-    std::lock_guard<std::mutex> lock(gLogMu);
-    log = gLog;
-  }
+  const std::string log = stopLogCapture();
   EXPECT_NE(log.find("bootstrap"), std::string::npos) << "TRACE logging did not reach the sink";
   for (const std::string& text : std::vector<std::string>{log, errors[0]}) {
     EXPECT_EQ(text.find(hex), std::string::npos) << "the secret's hex appears in:\n" << text;
@@ -426,12 +431,7 @@ TEST(WireSecret, EnvironmentSecretNeverInTraceLogs) {
     const std::string rendezvous = freeLoopbackPort();
     testutil::ScopedEnv where("COLL_COMM_ID", rendezvous.c_str());
     testutil::ScopedEnv text("COLL_COMM_SECRET", secret.c_str());
-    logReset();
-    setLogSink(captureLog);
-    {
-      std::lock_guard<std::mutex> lock(gLogMu);
-      gLog.clear();
-    }
+    startLogCapture();
     collComm_t comm = nullptr;
     const collResult_t res = collCommInitFromEnv(&comm, nullptr);
     const std::string error = res == collSuccess ? "" : collGetLastError(nullptr);
@@ -439,14 +439,7 @@ TEST(WireSecret, EnvironmentSecretNeverInTraceLogs) {
     if (res == collSuccess) {
       EXPECT_EQ(collCommDestroy(comm), collSuccess);
     }
-    setLogSink(nullptr);
-    unsetenv("COLL_DEBUG");
-    logReset();
-    std::string log;
-    {
-      std::lock_guard<std::mutex> lock(gLogMu);
-      log = gLog;
-    }
+    const std::string log = stopLogCapture();
     EXPECT_NE(log.find("bootstrap"), std::string::npos) << "TRACE logging did not reach the sink";
     Secret derived;
     ASSERT_TRUE(secretFromText(secret, &derived).ok());
