@@ -72,6 +72,10 @@ UcxConnection::~UcxConnection() {
     // rings and slots allocated; the callbacks see conn == nullptr and only free the request.
     COLL_WARN(rank_, "UCX connection to rank %d: %llu request(s) still pending after %d ms at teardown; "
               "leaving their buffers allocated", peer_, static_cast<unsigned long long>(outstanding_), kTeardownMs);
+    net_.noteStuckRequests();
+    ucxParkForever(sendRing_);
+    ucxParkForever(recvRing_);
+    ucxParkForever(slots_);
     for (SendSlot& s : slots_->sends) s.conn = nullptr;
     for (RecvSlot& s : slots_->recvs) s.conn = nullptr;
     for (CreditSlot& s : slots_->credits) s.conn = nullptr;

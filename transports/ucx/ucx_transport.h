@@ -30,6 +30,10 @@ constexpr uint32_t kCreditMagic = 0x55434372u;  // "UCCr"
 // parser connect uses, callable on bytes (tests/fuzz).
 Status checkUcxHello(const uint8_t* bytes, size_t size, int peer);
 
+// Keeps memory UCX may still reference after a failed teardown alive for the rest of the process,
+// referenced from a list here (so leak checkers do not report what is left on purpose).
+void ucxParkForever(const void* p);
+
 struct UcxOptions {
   std::string tls;                       // COLL_UCX_TLS; empty = UCX's own choice
   uint64_t ringBytes = 4ull << 20;       // COLL_UCX_RING_BYTES (each of send and receive)
@@ -66,6 +70,8 @@ class UcxNet final : public NetTransport {
   // Takes over a closing connection's endpoint: flushed (when healthy) and closed with the net.
   void retire(ucp_ep_h ep, bool flush);
   void forget(int peer) { if (peer >= 0 && peer < static_cast<int>(byRank_.size())) byRank_[peer] = nullptr; }
+  // A closing connection left requests UCX still holds (a dead peer that UCX cannot detect).
+  void noteStuckRequests() { stuckRequests_ = true; }
 
  private:
   UcxNet(Bootstrap& bootstrap, const UcxOptions& options) : bootstrap_(bootstrap), options_(options) {}
@@ -101,6 +107,8 @@ class UcxNet final : public NetTransport {
     ucs_status_ptr_t request;  // its flush, or null
   };
   std::vector<Retired> retired_;
+  bool stuckRequests_ = false;  // then the worker and context are left alive (see ~UcxNet)
+  int rank_ = -1;
 };
 
 // A connection to one peer. Data is sent as active messages from the send ring at the same ring
