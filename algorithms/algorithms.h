@@ -132,6 +132,35 @@ void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const Dire
 // Largest message (bytes) one direct call can carry with this window half.
 uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize);
 
+// Direct Reduce-Scatter for ranks that share one host: each rank copies the blocks its peers own
+// into its window (a region per peer), each rank sums its own block (its send block first, then
+// the peers' regions in local-rank order) straight into the receive buffer. Calls larger than the
+// window run as rounds inside the one schedule, two buffers of regions alternating, so a rank
+// copies round k+1 while its peers still read round k; a marker step per round (published) says
+// "my copies of round k and my reduction of round k-1 are done". Uses options.windowHalfBytes.
+void buildDirectReduceScatter(const Topology& topo, const CollArgs& args, const DirectOptions& options,
+                              Schedule* out);
+// How a direct Reduce-Scatter of `count` elements per rank cuts into rounds (rounds 0: count 0).
+struct DirectReduceScatterShape {
+  uint64_t rounds = 0;
+  uint64_t roundElems = 0;   // elements per block per round (the last round may hold fewer)
+  uint64_t regionBytes = 0;  // one peer's region of one buffer
+  int32_t buffers = 0;       // 1 (one round) or 2
+  uint64_t windowBytes = 0;  // of the window half
+};
+DirectReduceScatterShape directReduceScatterShape(uint64_t count, uint64_t elemBytes, uint64_t windowHalfBytes,
+                                                  int32_t localSize);
+
+// Direct All-Gather for ranks that share one host: each rank copies its block into its window
+// once, then copies every peer's block straight from the peer's window into its receive buffer
+// (its own from the send buffer; nothing in place). Calls larger than the window half run as
+// rounds, two buffers alternating, with one published marker per round as in the direct
+// Reduce-Scatter. Uses options.windowHalfBytes.
+void buildDirectAllGather(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out);
+// How a direct All-Gather of `count` elements per rank cuts into rounds (regionBytes: one buffer).
+using DirectAllGatherShape = DirectReduceScatterShape;
+DirectAllGatherShape directAllGatherShape(uint64_t count, uint64_t elemBytes, uint64_t windowHalfBytes);
+
 // ---- the other collectives (issue #3). Each builder takes NCCL's per-collective count (see
 // CollKind) and turns collAvg into collSum + Divide where it reduces. Builders that talk to a
 // root take args.root; every rank's schedule of one call must agree on the transfers between

@@ -512,6 +512,7 @@ collResult_t collCommDump(collComm_t comm) {
   Status s = lookup(comm, &c);
   if (!s.ok()) return report(s);
   c->dump("collCommDump");
+  c->dumpLanes("collCommDump");
   return collSuccess;
 }
 
@@ -519,7 +520,9 @@ collResult_t collCommRevoke(collComm_t comm) {
   Comm* c = nullptr;
   Status s = lookup(comm, &c);
   if (!s.ok()) return report(s);
-  return report(c->revoke(), c->rank());
+  s = c->revoke();
+  Status lanes = c->revokeLanes();  // a lane's ranks may be waiting in the lane's own calls
+  return report(s.ok() ? lanes : s, c->rank());
 }
 
 const char* collGetErrorString(collResult_t result) {

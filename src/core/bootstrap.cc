@@ -22,6 +22,7 @@
 #include "core/failure.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "topo/topology.h"
 
 namespace coll {
 
@@ -30,12 +31,12 @@ namespace {
 // ---- wire format: fixed-size little-endian fields -------------------------------------------
 
 constexpr uint32_t kIdMagic = 0x44494c43;      // "CLID"
-constexpr uint16_t kIdVersion = 1;
+constexpr uint16_t kIdVersion = 2;  // 2: rank-table entries carry the machine (kRegVersion 2)
 constexpr uint32_t kRegMagic = 0x47524c43;     // "CLRG"
-constexpr uint32_t kRegVersion = 1;
+constexpr uint32_t kRegVersion = 2;  // 2: entries carry the machine hash and CPUs
 constexpr uint32_t kHelloMagic = 0x4c484c43;   // "CLHL"
 constexpr size_t kAddrWire = 24;
-constexpr size_t kEntryWire = kAddrWire + 16;  // address, hostHash, pid, netMask
+constexpr size_t kEntryWire = kAddrWire + 28;  // address, hostHash, pid, netMask, machineHash, cpus
 constexpr size_t kRegWire = 24 + kEntryWire;
 constexpr size_t kHelloWire = 20;
 constexpr int kHandshakeMs = 5000;      // a connection must authenticate and say hello by then
@@ -120,6 +121,8 @@ void putEntry(uint8_t* p, const PeerInfo& info) {
   put64(p + kAddrWire, info.hostHash);
   put32(p + kAddrWire + 8, static_cast<uint32_t>(info.pid));
   put32(p + kAddrWire + 12, info.netMask);
+  put64(p + kAddrWire + 16, info.machineHash);
+  put32(p + kAddrWire + 24, static_cast<uint32_t>(info.cpus));
 }
 
 bool getEntry(const uint8_t* p, PeerInfo* out) {
@@ -128,6 +131,10 @@ bool getEntry(const uint8_t* p, PeerInfo* out) {
   info.hostHash = get64(p + kAddrWire);
   info.pid = static_cast<int32_t>(get32(p + kAddrWire + 8));
   info.netMask = get32(p + kAddrWire + 12);
+  info.machineHash = get64(p + kAddrWire + 16);
+  const uint32_t cpus = get32(p + kAddrWire + 24);
+  if (cpus > static_cast<uint32_t>(kBootstrapMaxCpus)) return false;
+  info.cpus = static_cast<int32_t>(cpus);
   *out = info;
   return true;
 }
@@ -619,6 +626,8 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   me.hostHash = hostHash;
   me.pid = static_cast<int32_t>(getpid());
   me.netMask = netMask;
+  me.machineHash = hashHostIdentity(localMachineIdentity());
+  me.cpus = localMachineCpus();
   {
     const std::string root = id_.root.toString();
     auto ctx = [&](const char* what) {

@@ -49,7 +49,12 @@ struct PeerInfo {
   uint64_t hostHash = 0;
   int32_t pid = 0;
   uint32_t netMask = 0;  // inter-host transports this rank can use (transports/net.h netBit)
+  uint64_t machineHash = 0;  // ranks with equal hashes share CPUs (topology.h localMachineIdentity)
+  int32_t cpus = 0;          // that machine's online CPUs as this rank saw them (0 = unknown)
 };
+
+// Most CPUs a rank-table entry may claim (remote bytes: bounded before the topology uses them).
+constexpr int32_t kBootstrapMaxCpus = 1 << 20;
 
 class Bootstrap {
  public:

@@ -11,6 +11,7 @@
 
 #include "algorithms/algorithms.h"
 #include "core/config.h"
+#include "core/lanes.h"
 #include "core/log.h"
 #include "kernels/quantize.h"
 #include "kernels/reduce.h"
@@ -20,6 +21,7 @@
 namespace coll {
 
 Comm::~Comm() {
+  stopLanes();  // the lanes' queued work first: it may wait (stream order) for lane 0's
   stopProgressThread();
   stopFailureHandling();  // notices out before our connections close; no handler calls after this
   // Connections first (they may reference shared memory), then the host segments, then the
@@ -41,6 +43,7 @@ Status Comm::create(const collUniqueId& id, int nranks, int rank, const CommConf
 
 Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig& config) {
   config_ = config;
+  laneParent_ = config.laneParent;
   timeoutMs_ = config.timeoutMs > 0 ? config.timeoutMs : defaultTimeoutMs();
   name_ = config.commName;
   Deadline deadline = Deadline::afterMs(timeoutMs_);
@@ -61,9 +64,11 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   std::vector<uint64_t> hashes(nranks);
   for (int r = 0; r < nranks; ++r) hashes[r] = bootstrap_->peer(r).hostHash;
   topo_ = Topology::fromHostHashes(rank, hashes);
+  setTopologyMachines();
   startFailureHandling();
-  COLL_INFO(rank, "topology: %d ranks on %d hosts (%d on this host, local rank %d)", topo_.nranks, topo_.nhosts,
-            topo_.localSize(), topo_.localRank());
+  COLL_INFO(rank, "topology: %d ranks on %d hosts (%d on this host, local rank %d); %d on this machine of %d CPUs",
+            topo_.nranks, topo_.nhosts, topo_.localSize(), topo_.localRank(), topo_.machineSize(),
+            topo_.machineCpus());
 
   if (forced_ == TransportKind::Shm && !topo_.singleHost()) {
     return makeError(collInvalidUsage,
@@ -89,12 +94,25 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     COLL_TRY(ShmHost::create(*bootstrap_, topo_, shmOptions, deadline, &shm_).withContext("shared memory setup"));
   }
   connections_.resize(nranks);
-  waitPolicy_ = waitPolicyFor(topo_.localSize());
+  // The machine's ranks, not the host's: ranks in other network namespaces or containers of this
+  // machine spin on the same cores.
+  waitPolicy_ = waitPolicyFor(topo_.machineSize());
   waitPolicy_.timeoutMs = timeoutMs_;
   checkCalls_ = knobBool("COLL_CHECK");
 
   COLL_TRY(setupPlanner());
+  startLanes();
   return okStatus();
+}
+
+void Comm::setTopologyMachines() {
+  std::vector<uint64_t> machines(static_cast<size_t>(topo_.nranks));
+  std::vector<int32_t> cpus(machines.size());
+  for (int r = 0; r < topo_.nranks; ++r) {
+    machines[static_cast<size_t>(r)] = bootstrap_->peer(r).machineHash;
+    cpus[static_cast<size_t>(r)] = bootstrap_->peer(r).cpus;
+  }
+  topo_.setMachines(machines, cpus);
 }
 
 Status Comm::chooseNet() {
@@ -199,7 +217,8 @@ Status Comm::setupPlanner() {
   COLL_TRY(linkKnob("COLL_LINK_GAMMA_GBPS", &gammaGBps));
 
   // What each class needs measured: a class that exists here and that the knobs leave open.
-  const bool probe = knobBool("COLL_LINK_PROBE") && topo_.nranks > 1;
+  // A stream lane takes its parent's measured model: the same ranks over the same links.
+  const bool probe = knobBool("COLL_LINK_PROBE") && topo_.nranks > 1 && laneParent_ == nullptr;
   const bool intraExists = in.shape.maxLocal > 1;
   const bool needIntra = probe && intraExists && (intraAlphaUs == 0 || intraGBps == 0);
   const bool needInter = probe && topo_.nhosts > 1 && (interAlphaUs == 0 || interGBps == 0);
@@ -220,6 +239,12 @@ Status Comm::setupPlanner() {
   in.interHost.alpha = pick(interAlphaUs, interAlphaUs * 1e-6, measured.interAlpha, kDefaultInterLink.alpha, &fromEa);
   in.interHost.beta = pick(interGBps, inv(interGBps), measured.interBeta, kDefaultInterLink.beta, &fromEb);
   in.gamma = pick(gammaGBps, inv(gammaGBps), measured.gamma, kDefaultGamma, &fromG);
+  if (laneParent_ != nullptr) {
+    in.intraHost = laneParent_->plannerInputs_.intraHost;
+    in.interHost = laneParent_->plannerInputs_.interHost;
+    in.gamma = laneParent_->plannerInputs_.gamma;
+    return okStatus();
+  }
   if (rank() == 0) {
     COLL_INFO(rank(),
               "link model: intra-host %.2f us (%s) %.2f GB/s (%s); inter-host %.2f us (%s) %.3f GB/s per NIC "
@@ -325,13 +350,17 @@ Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
 }
 
 void Comm::fail(const Status& status) {
-  std::lock_guard<std::mutex> lock(failMu_);
-  collResult_t expected = collSuccess;
-  if (asyncError_.compare_exchange_strong(expected, status.code())) failureMessage_ = status.message();
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    collResult_t expected = collSuccess;
+    if (asyncError_.compare_exchange_strong(expected, status.code())) failureMessage_ = status.message();
+  }
+  if (laneParent_ != nullptr) laneParent_->fail(status);  // a lane's failure is the communicator's
 }
 
 void Comm::abort() {
   aborted_.store(true);
+  abortLanes();
   {
     // Queued work that has not started is dropped: its streams learn of the abort.
     std::lock_guard<std::mutex> lock(queueMu_);
@@ -489,11 +518,19 @@ void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* o
     case CollKind::AllGather:
       if (algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
       else if (algo == AlgoId::Hierarchical) buildHierarchicalAllGather(topo_, args, out);
+      else if (algo == AlgoId::Direct) buildDirectAllGather(topo_, args, DirectOptions{plannerInputs_.windowHalfBytes, 0}, out);
       else buildRingAllGather(topo_, args, out);
       break;
     case CollKind::ReduceScatter:
-      if (algo == AlgoId::Hierarchical) buildHierarchicalReduceScatter(topo_, args, out);
-      else buildRingReduceScatter(topo_, args, out);
+      if (algo == AlgoId::Hierarchical) {
+        buildHierarchicalReduceScatter(topo_, args, out);
+      } else if (algo == AlgoId::Direct) {
+        DirectOptions options;
+        options.windowHalfBytes = plannerInputs_.windowHalfBytes;
+        buildDirectReduceScatter(topo_, args, options, out);
+      } else {
+        buildRingReduceScatter(topo_, args, out);
+      }
       break;
     case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); break;
     case CollKind::Gather: buildLinearGather(topo_, args, out); break;
@@ -557,6 +594,7 @@ Status Comm::compressedAllReduce(const CollArgs& args) {
 collCommStats_t Comm::stats() const {
   collCommStats_t out = stats_;
   out.wireBytes = wireBytes();
+  addLaneStats(&out);
   return out;
 }
 
@@ -681,6 +719,7 @@ Status Comm::destroyRedOp(collRedOp_t op) {
 }
 
 Status Comm::checkUserOp(collRedOp_t op, collDataType_t dtype) const {
+  if (laneParent_ != nullptr) return laneParent_->checkUserOp(op, dtype);  // ops live on the parent
   int index = static_cast<int>(op) - collNumOps;
   if (index < 0 || index >= static_cast<int>(userOps_.size()) || !userOps_[index].live) {
     return makeError(collInvalidArgument, "reduction op %d is neither a built-in op nor a live PreMulSum op of this "
@@ -694,6 +733,7 @@ Status Comm::checkUserOp(collRedOp_t op, collDataType_t dtype) const {
 }
 
 bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
+  if (laneParent_ != nullptr) return laneParent_->preMulSumScalar(op, scalar);  // ops live on the parent
   int index = static_cast<int>(op) - collNumOps;
   if (index < 0 || index >= static_cast<int>(userOps_.size()) || !userOps_[index].live) return false;
   *scalar = userOps_[index].scalar;
@@ -895,6 +935,16 @@ Status Comm::annotate(const Status& status, const std::string& what) {
 }
 
 Status Comm::enqueue(Work work) {
+  // Work index w runs on lane w mod L (lanes.cc says why that cannot deadlock). An empty piece of
+  // work (a group whose calls were all no-ops) only marks its stream's order: lane 0, no index.
+  if (lanes_ && !(work.collectives.empty() && work.p2p.empty())) {
+    const int k = lanes_->take();
+    if (k != 0) return lanes_->enqueue(k, std::move(work));
+  }
+  return enqueueHere(std::move(work));
+}
+
+Status Comm::enqueueHere(Work work) {
   std::lock_guard<std::mutex> lock(queueMu_);
   if (aborted_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
   if (!progressThread_.joinable()) {
@@ -912,6 +962,10 @@ Comm::P2pCall Comm::p2pCallOf(const CollArgs& a) {
 }
 
 Status Comm::runNow(const CollArgs& args) {
+  if (lanes_) {
+    const int k = lanes_->take();
+    if (k != 0) return lanes_->runNow(k, args);
+  }
   const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
   if (!threaded_.load(std::memory_order_acquire)) {
     if (p2p) {
@@ -924,16 +978,30 @@ Status Comm::runNow(const CollArgs& args) {
   Work work;
   if (p2p) work.p2p.push_back(p2pCallOf(args));
   else work.collectives.push_back(args);
-  return runNow(std::move(work));
+  return runNowHere(std::move(work));
 }
 
 Status Comm::runNow(Work work) {
+  if (lanes_) {
+    if (work.collectives.empty() && work.p2p.empty()) {
+      // collCommFinalize: every lane's queued work completes, then lane 0's.
+      Status drained = lanes_->drain();
+      Status here = runNowHere(std::move(work));
+      return drained.ok() ? here : drained;
+    }
+    const int k = lanes_->take();
+    if (k != 0) return lanes_->runNow(k, std::move(work));
+  }
+  return runNowHere(std::move(work));
+}
+
+Status Comm::runNowHere(Work work) {
   if (!threaded_.load(std::memory_order_acquire)) return execute(work);
   // A private stream carries the completion of this one piece of work.
   auto done = std::make_shared<HostStream>();
   work.stream = done;
   work.ticket = done->enqueue();
-  COLL_TRY(enqueue(std::move(work)));
+  COLL_TRY(enqueueHere(std::move(work)));
   return done->synchronize(Deadline::afterMs(timeoutMs_ * 2));
 }
 

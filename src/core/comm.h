@@ -32,11 +32,15 @@ namespace coll {
 
 class ShmHost;
 class NetTransport;
+class Lanes;
 
 struct CommConfig {
   int64_t timeoutMs = 0;  // 0 = COLL_TIMEOUT
   std::string netName;    // "" = automatic
   std::string commName;
+  // Internal (lanes.h): set when this communicator is a stream lane of `laneParent`. The lane takes
+  // its parent's link model (no probe), PreMulSum ops and failures, and has no lanes of its own.
+  class Comm* laneParent = nullptr;
 };
 
 class Comm final : public Links {
@@ -105,6 +109,9 @@ class Comm final : public Links {
   void dump(const char* why);
   // Marks the communicator unusable here and on every rank.
   Status revoke();
+  // The same for the communicator's stream lanes (lanes.h): collCommDump and collCommRevoke.
+  void dumpLanes(const char* why);
+  Status revokeLanes();
   // collCommGetStats (read by the thread that issues calls, or after synchronizing the stream).
   collCommStats_t stats() const;
 
@@ -121,6 +128,7 @@ class Comm final : public Links {
   }
 
  private:
+  friend class Lanes;
   Comm() = default;
   Status init(const collUniqueId& id, int nranks, int rank, const CommConfig& config);
   Deadline callDeadline() const { return Deadline::afterMs(timeoutMs_); }
@@ -141,6 +149,8 @@ class Comm final : public Links {
     double intraAlpha = 0, intraBeta = 0, interAlpha = 0, interBeta = 0, gamma = 0;  // 0 = not measured
   };
   Status probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out);
+  // Which ranks share this machine's CPUs, from the rank table (topology.h setMachines).
+  void setTopologyMachines();
   Status pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta);
   Status runChecked(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
@@ -153,6 +163,21 @@ class Comm final : public Links {
   Status checkSameCall(const CollArgs& args);
   void progressLoop();
   void stopProgressThread();
+  // Lane 0's own queue and fast path (enqueue/runNow pick the lane first).
+  Status enqueueHere(Work work);
+  Status runNowHere(Work work);
+
+  // ---- stream lanes (lanes.h, lanes.cc) ----
+  void startLanes();
+  void stopLanes();
+  void abortLanes();
+  // A failed peer learned by a lane reaches its parent, and the parent's reaches every lane.
+  void forwardFailure(int peer, const std::string& reason, int reportedBy);
+  void addLaneStats(collCommStats_t* out) const;
+  // A wait-for query finds this lane idle: what the rank's other lanes (or a lane being made) wait for.
+  void answerFromLanes(WaitForAnswer* a);
+  std::unique_ptr<Lanes> lanes_;  // COLL_STREAM_LANES > 1: lanes 1..L-1
+  Comm* laneParent_ = nullptr;    // set on a lane's child communicator
 
   // COLL_TRANSPORT: Auto (shm on the host, net_ between hosts), Shm (every peer; one host only) or
   // Net (net_ for every peer, the same host included).

@@ -15,6 +15,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
+#include "core/lanes.h"
 #include "core/log.h"
 #include "core/planner.h"
 
@@ -179,6 +180,7 @@ bool Comm::recordFailure(int peer, const std::string& reason, int reportedBy, bo
   COLL_WARN(rank(), "%s", text.c_str());
   fail(Status(collRemoteError, text));
   if (propagate) notifyAll(kCtlTagFailed, encodeFailed(FailedMessage{peer, f.reason}), peer);
+  forwardFailure(peer, f.reason, reportedBy);
   return true;
 }
 
@@ -219,6 +221,7 @@ std::vector<uint8_t> Comm::onControl(int from, uint32_t tag, const std::vector<u
       a.idleMs = since > 0 ? static_cast<uint32_t>(std::clamp<int64_t>((nowNs() - since) / 1000000, 0, UINT32_MAX)) : 0;
       FailedPeer f;
       if (failures_.first(&f)) a.failedRank = f.rank;
+      if (!a.running) answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
       std::vector<uint8_t> out(kWaitForWire);
       encodeWaitFor(a, out.data());
       return out;

@@ -53,7 +53,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_UCX_CONFIG", KnobType::String, "TX_SEG_SIZE=64K;RX_SEG_SIZE=256K;SNDBUF=4M;RCVBUF=4M", "UCX settings for the ucx transport's context, NAME=VALUE;... as UCX's ucp_config_modify takes them (UCX_ and a transport's prefix dropped: TX_SEG_SIZE sets UCX_TCP_TX_SEG_SIZE); they take precedence over UCX_* variables. The default gives UCX's tcp larger segments and socket buffers (measured faster for ring messages); none: UCX's own defaults.", false},
     {"COLL_SHM_FIFO_BYTES", KnobType::Bytes, "2M", "Shared-memory FIFO per ordered pair of ranks on a host.", false},
     {"COLL_SHM_WINDOW_BYTES", KnobType::Bytes, "8M", "Shared window per rank for the direct algorithm (two halves, alternated per call).", false},
-    {"COLL_SPIN_COUNT", KnobType::Int, "", "Polls before a waiting rank yields the CPU (default 2000, or 20 with more local ranks than cores).", false},
+    {"COLL_SPIN_COUNT", KnobType::Int, "", "Polls before a waiting rank yields the CPU (default 2000, or 20 with more ranks on the machine than cores).", false},
     {"COLL_YIELD_COUNT", KnobType::Int, "200", "Yields before a waiting rank sleeps on a futex.", false},
     // Planner and executor.
     {"COLL_ALGO", KnobType::String, "", "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: ring, direct, tree, recdoubling, rabenseifner, torus, hier, bruck, pairwise, linear, dissemination. A filter that leaves a collective nothing that can run is an error at init.", false},
@@ -67,6 +67,7 @@ const std::vector<KnobInfo> kKnobs = {
     {"COLL_LINK_GAMMA_GBPS", KnobType::String, "", "Planner: local reduction speed, GB/s of reduced data (default: probed).", false},
     {"COLL_DIRECT_MAX_BYTES", KnobType::Bytes, "", "Largest message the planner sends through the direct algorithm (default: what fits in a window half).", false},
     {"COLL_SLICE_BYTES", KnobType::Bytes, "128K", "Executor slice: the unit that streams through a rank. When set, the planner keeps it; unset, pipelined trees and chains may get another chunk from the planner.", false},
+    {"COLL_STREAM_LANES", KnobType::Int, "2", "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different host streams of one communicator overlaps; lane k > 0 is an internal communicator over the same ranks, made on first use. 1: one lane, all work of a communicator in issue order.", false},
     {"COLL_CHECK", KnobType::Bool, "0", "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).", false},
     {"COLL_DUMP_ON_SIGNAL", KnobType::Bool, "0", "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the operation, its pending steps and the peers it waits for.", false},
     // Launcher variables read by collCommInitFromEnv.

@@ -102,6 +102,25 @@ bool isUniformBlocks(const Topology& t) {
   return true;
 }
 
+// The machine whose ranks most outnumber its CPUs (none when every machine has a core per rank
+// or its CPUs are unknown).
+void deriveMachineLoad(const Topology& t, PlannerShape* s) {
+  if (t.machineOfRank.size() != static_cast<size_t>(t.nranks) || t.nmachines <= 0) return;
+  std::vector<int32_t> ranks(static_cast<size_t>(t.nmachines));
+  for (int32_t m : t.machineOfRank) {
+    if (m >= 0 && m < t.nmachines) ++ranks[static_cast<size_t>(m)];
+  }
+  double worst = 1.0;
+  for (size_t m = 0; m < ranks.size() && m < t.cpusOfMachine.size(); ++m) {
+    const int32_t cpus = t.cpusOfMachine[m];
+    if (cpus > 0 && static_cast<double>(ranks[m]) / cpus > worst) {
+      worst = static_cast<double>(ranks[m]) / cpus;
+      s->machineRanks = ranks[m];
+      s->machineCpus = cpus;
+    }
+  }
+}
+
 void deriveShape(const PlannerInputs& in, PlannerShape* s) {
   const Topology& t = *in.topo;
   const int32_t p = t.nranks;
@@ -111,6 +130,7 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
   s->maxLocal = std::max(1, *std::max_element(perHost.begin(), perHost.end()));
   s->uniformBlocks = isUniformBlocks(t);
   s->hierPossible = t.nhosts > 1 && s->maxLocal > 1;
+  deriveMachineLoad(t, s);
   if (p <= 1) return;
 
   // Which NIC each rank's inter-host traffic leaves through: local rank i of a host with n ranks
@@ -300,9 +320,11 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
     case AlgoId::Tree: {
       // Double binary tree over the hosts: a busy member sends and receives twice each chunk.
       const int depth = 2 * log2Floor(h);
-      // The first chunk of every flow crosses each NIC before the pipeline runs full.
+      // The first chunk of every flow crosses each NIC before the pipeline runs full, an interior
+      // member's two children one after the other (as in the flat tree).
+      const double fanIn = treeBusyFactor(h);
       return streamedPipeline(
-          in, m, [&](double s) { return depth * flows * (a + s * b) + depth / 2 * s * g; },
+          in, m, [&](double s) { return depth * flows * fanIn * (a + s * b) + depth / 2 * s * g; },
           [&](double s) {
             const double ports = treeBusyFactor(h) * s * b * flows;
             return in.reductionOverlaps ? std::max(ports, s * g) : ports + s * g;
@@ -356,6 +378,23 @@ double implementationFactor(AlgoId algo) {
   }
 }
 
+// Ranks of a machine with fewer CPUs than ranks take turns on them: when `active` of its ranks
+// work at once, each runs at cpus/active of its speed, and so does the call (measured on 2 CPUs,
+// 8 ranks, 8 B: recursive doubling, whose every rank exchanges in every round, ran 4-6x its
+// model on emulated 4x2 and 2x4 clusters, a ring carrying 2 elements, 2 ranks busy at a time,
+// 1.1-1.7x). Every All-Reduce keeps every rank busy, except a ring with fewer elements than ranks:
+// its empty chunks send nothing, and only the ranks holding a non-empty one work in a step.
+double cpuContention(const PlannerInputs& in, AlgoId algo, uint64_t count) {
+  const PlannerShape& sh = in.shape;
+  if (sh.machineCpus <= 0 || sh.machineRanks <= sh.machineCpus) return 1.0;
+  const int64_t p = in.topo->nranks;
+  double active = sh.machineRanks;
+  if (algo == AlgoId::Ring && count > 0 && static_cast<int64_t>(count) < p) {
+    active = std::ceil(static_cast<double>(count) * sh.machineRanks / static_cast<double>(p));
+  }
+  return std::max(1.0, active / sh.machineCpus);
+}
+
 double directOnce(const PlannerInputs& in, double n) {
   const int p = in.topo->nranks;
   if (n < kReduceAllBelowBytes) return in.intraHost.alpha + (1.0 + p) * n * in.gamma;
@@ -388,12 +427,16 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, AlgoI
       const bool hosts = t.nhosts > 1;
       const int64_t treeHops = sh.treeHeight, chainHops = hosts ? sh.maxLocal - 1 : 0;
       const LinkCost& l = hosts ? in.interHost : in.intraHost;
+      // An interior node's two children reach it through its one link, one message after the
+      // other (and it sends to both on the way down), as ranks sharing a NIC do (nicMessages).
+      const double fanIn = treeBusyFactor(hosts ? t.nhosts : t.nranks);
       c.seconds = streamedPipeline(
           in, n,
           [&](double s) {
             // Each tree carries half of every chunk up and down.
             const double h = s / 2;
-            return 2.0 * (treeHops * (l.alpha + h * l.beta) + chainHops * (in.intraHost.alpha + h * in.intraHost.beta)) +
+            return 2.0 * (treeHops * fanIn * (l.alpha + h * l.beta) +
+                          chainHops * (in.intraHost.alpha + h * in.intraHost.beta)) +
                    static_cast<double>(treeHops + chainHops) * h * g;
           },
           [&](double s) {
@@ -481,8 +524,10 @@ AlgoMask candidateAlgos(CollKind kind) {
              algoBit(AlgoId::Hierarchical) | algoBit(AlgoId::TwoShot);
     case CollKind::Broadcast: return algoBit(AlgoId::Tree) | algoBit(AlgoId::Ring) | algoBit(AlgoId::Hierarchical);
     case CollKind::Reduce: return algoBit(AlgoId::Tree) | algoBit(AlgoId::Ring);
-    case CollKind::AllGather: return algoBit(AlgoId::Bruck) | algoBit(AlgoId::Ring) | algoBit(AlgoId::Hierarchical);
-    case CollKind::ReduceScatter: return algoBit(AlgoId::Ring) | algoBit(AlgoId::Hierarchical);
+    case CollKind::AllGather:
+      return algoBit(AlgoId::Bruck) | algoBit(AlgoId::Ring) | algoBit(AlgoId::Direct) | algoBit(AlgoId::Hierarchical);
+    case CollKind::ReduceScatter:
+      return algoBit(AlgoId::Ring) | algoBit(AlgoId::Direct) | algoBit(AlgoId::Hierarchical);
     case CollKind::AlltoAll: return algoBit(AlgoId::Pairwise);
     case CollKind::Gather:
     case CollKind::Scatter: return algoBit(AlgoId::Linear);
@@ -579,6 +624,12 @@ bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::st
       if (in.directLimit == 0) {
         return no([] { return std::string("direct needs a window (COLL_SHM_WINDOW_BYTES, COLL_DIRECT_MAX_BYTES)"); });
       }
+      if (kind == CollKind::ReduceScatter && in.windowHalfBytes / (2 * static_cast<uint64_t>(t.nranks - 1)) < 64) {
+        return no([] { return std::string("direct reducescatter needs 128 window bytes per peer (COLL_SHM_WINDOW_BYTES)"); });
+      }
+      if (kind == CollKind::AllGather && in.windowHalfBytes < 128) {
+        return no([] { return std::string("direct allgather needs a window half of 128 bytes or more (COLL_SHM_WINDOW_BYTES)"); });
+      }
       return true;
     case AlgoId::Torus:
       if (!in.shape.torusOk) return no([&] { return in.shape.torusProblem; });
@@ -603,13 +654,17 @@ bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::st
   }
 }
 
-Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytesIn) {
+Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytesIn, uint64_t count) {
   const Topology& t = *in.topo;
   const PlannerShape& sh = in.shape;
   const int64_t p = t.nranks;
   const double n = static_cast<double>(bytesIn);
   const double g = in.gamma;
-  if (kind == CollKind::AllReduce) return predictAllReduce(in, algo, n);
+  if (kind == CollKind::AllReduce) {
+    Candidate c = predictAllReduce(in, algo, n);
+    if (c.seconds > 0) c.seconds *= cpuContention(in, algo, count);
+    return c;
+  }
   Candidate c;
   c.algo = algo;
   if (p <= 1) return c;
@@ -643,6 +698,12 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
           c.seconds += stepCost(in, sh.bruck[k], n * blocks);
         }
         c.seconds += p * n * g;  // the final rotation
+      } else if (algo == AlgoId::Direct) {
+        // Per rank: its block copied into its window once, the p-1 peers' blocks copied out (the
+        // ring copies each block twice per hop through a FIFO); every round waits once on the
+        // peers' markers and once for the copy in (directAllGatherShape).
+        const uint64_t rounds = directAllGatherShape(bytesIn, 1, in.windowHalfBytes).rounds;
+        c.seconds = 2 * static_cast<double>(rounds) * in.intraHost.alpha + static_cast<double>(p) * n * g;
       } else if (algo == AlgoId::Hierarchical) {
         c.seconds = (H - 1) * sh.ranksPerNic * (in.interHost.alpha + n * in.interHost.beta) +
                     (L - 1) * (in.intraHost.alpha + H * n * in.intraHost.beta);
@@ -651,6 +712,11 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
     case CollKind::ReduceScatter:
       if (algo == AlgoId::Ring) {
         c.seconds = (p - 1) * (stepCost(in, sh.ring, n) + n * g);
+      } else if (algo == AlgoId::Direct) {
+        // Per rank: L-1 blocks copied into its window, one pass reading L blocks; every round
+        // waits once on the peers' markers and once for the copies (directReduceScatterShape).
+        const uint64_t rounds = directReduceScatterShape(bytesIn, 1, in.windowHalfBytes, static_cast<int32_t>(p)).rounds;
+        c.seconds = 2 * static_cast<double>(rounds) * in.intraHost.alpha + static_cast<double>(2 * p - 1) * n * g;
       } else if (algo == AlgoId::Hierarchical) {
         c.seconds = (L - 1) * (in.intraHost.alpha + H * n * (in.intraHost.beta + g)) +
                     (H - 1) * (sh.ranksPerNic * (in.interHost.alpha + n * in.interHost.beta) + n * g);
@@ -794,7 +860,7 @@ Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice*
     const AlgoId a = static_cast<AlgoId>(i);
     if ((mask & algoBit(a)) == 0 || !algoApplicable(in, args.kind, a)) continue;
     if (c.ncandidates == PlanChoice::kMaxCandidates) break;
-    Candidate cand = predictAlgo(in, args.kind, a, bytes);
+    Candidate cand = predictAlgo(in, args.kind, a, bytes, args.count);
     c.candidates[c.ncandidates] = cand;
     if (best < 0 || cand.seconds < c.candidates[best].seconds) best = c.ncandidates;
     ++c.ncandidates;
@@ -808,7 +874,7 @@ Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice*
   c.options = w.options;
   c.sliceBytes = w.sliceBytes;
   c.predictedSeconds = w.seconds;
-  if (c.algo == AlgoId::Direct && in.topo->nranks > 1) {
+  if (c.algo == AlgoId::Direct && args.kind == CollKind::AllReduce && in.topo->nranks > 1) {
     c.reduceAllBelowBytes = kReduceAllBelowBytes;
     if (in.directLimit < es) {
       return makeError(collInvalidUsage, "COLL_SHM_WINDOW_BYTES is too small for even one element");

@@ -56,6 +56,9 @@ struct PlannerShape {
   std::string torusProblem;            // why torus cannot apply
   TorusDims hostTorus;                 // hierarchical's inter-host torus (over hosts)
   bool hostTorusOk = false;
+  // The most oversubscribed machine (Topology::setMachines): its ranks and CPUs (0 = unknown).
+  int32_t machineRanks = 1;
+  int32_t machineCpus = 0;
 };
 
 // Allowed algorithms per collective (bit i = AlgoId i), from COLL_ALGO.
@@ -133,7 +136,9 @@ Status checkForcedAlgo(const PlannerInputs& in);
 bool algoApplicable(const PlannerInputs& in, CollKind kind, AlgoId algo, std::string* why = nullptr);
 // The model's time for one algorithm (with its best options and chunk); bytes as NCCL counts the
 // call (AllGather: one rank's block, ReduceScatter: one rank's result, others: the message).
-Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytes);
+// `count`: the call's elements when known (0 = at least one per rank), for how many ranks a tiny
+// call keeps busy at once.
+Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint64_t bytes, uint64_t count = 0);
 
 Status planAllReduce(const PlannerInputs& in, const CollArgs& args, PlanChoice* out);
 // collAllReduceCompressed: two-shot or its hierarchical variant (COLL_ALGO's allreduce section

@@ -12,8 +12,8 @@
 namespace coll {
 
 constexpr size_t kBootstrapHelloBytes = 20;         // magic, type, fromRank, tag, length
-constexpr size_t kBootstrapEntryBytes = 40;         // one rank-table entry (PeerInfo)
-constexpr size_t kBootstrapRegistrationBytes = 64;  // magic, version, rank, nranks, nonce, entry
+constexpr size_t kBootstrapEntryBytes = 52;         // one rank-table entry (PeerInfo)
+constexpr size_t kBootstrapRegistrationBytes = 76;  // magic, version, rank, nranks, nonce, entry
 
 // What a connection to a rank's listener announces after authenticating.
 struct BootstrapHello {

@@ -141,7 +141,15 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   }
 
   conns_.resize(npeers);
-  for (size_t p = 0; p < npeers; ++p) {
+  // Connections are made in ascending peer rank, not schedule order: a transport whose handshake
+  // needs both sides at once (ib) would otherwise deadlock when ranks wait on each other in a
+  // cycle (a ring whose first steps go to the next rank on every rank). Ascending order is the
+  // same global order of rank pairs on every rank, so no cycle can form.
+  connectOrder_.resize(npeers);
+  for (size_t p = 0; p < npeers; ++p) connectOrder_[p] = static_cast<uint32_t>(p);
+  std::sort(connectOrder_.begin(), connectOrder_.end(),
+            [&](uint32_t a, uint32_t b) { return schedule.peers[a] < schedule.peers[b]; });
+  for (uint32_t p : connectOrder_) {
     Connection* c = nullptr;
     Status st = links.connection(schedule.peers[p], &c);
     if (!st.ok()) {
@@ -682,12 +690,12 @@ void Execution::blockedOn(int32_t* step, int32_t* peer) const {
   }
 }
 
-WaitPolicy waitPolicyFor(int localRanks) {
+WaitPolicy waitPolicyFor(int machineRanks) {
   WaitPolicy policy;
-  // The host's online CPUs, not this process's affinity: a rank pinned to one core still has a
-  // core of its own when its peers are pinned to others.
+  // The machine's online CPUs, not this process's affinity: a rank pinned to one core still has
+  // a core of its own when its peers are pinned to others.
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus > 0 && localRanks > cpus) policy.spins = 20;
+  if (cpus > 0 && machineRanks > cpus) policy.spins = 20;
   if (knobRaw("COLL_SPIN_COUNT")) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
   if (knobRaw("COLL_YIELD_COUNT")) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
   return policy;

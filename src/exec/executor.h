@@ -102,6 +102,7 @@ class Execution {
   std::vector<std::atomic<uint64_t>*> depAtomic_;  // per dep: progress slot / completed-call word
   std::vector<std::atomic<uint64_t>*> mySlots_;    // this rank's published progress slots
   std::vector<Connection*> conns_;      // per distinct peer (Schedule::peers order)
+  std::vector<uint32_t> connectOrder_;  // indices into conns_ by ascending peer rank (start)
   std::vector<std::byte> scratch_;
   std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: position in its queue
   std::vector<int32_t> sendQueue_, recvQueue_;    // flattened per-peer step lists
@@ -132,9 +133,10 @@ struct WaitPolicy {
   uint64_t yields = 200;
   int64_t timeoutMs = 0;  // the deadline's length, for the timeout message (0 = COLL_TIMEOUT)
 };
-// COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin long only when every local rank
-// can have its own core.
-WaitPolicy waitPolicyFor(int localRanks);
+// COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin long only when every rank of the
+// machine (Topology::machineSize: every host on it, network namespaces included) can have its
+// own core.
+WaitPolicy waitPolicyFor(int machineRanks);
 
 // What an execution is doing, for other threads (collCommDump, SIGUSR1, peers' wait-for queries):
 // written by runToCompletion when the rank goes idle (never on the fast path), read anywhere.

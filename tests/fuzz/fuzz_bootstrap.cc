@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (code == 0) {
         if (reg.nranks < 1 || reg.nranks > coll::kBootstrapMaxRanks || reg.rank < 0 || reg.rank >= reg.nranks) __builtin_trap();
         if (n >= 0 && reg.nranks != n) __builtin_trap();
+        if (reg.info.cpus < 0 || reg.info.cpus > coll::kBootstrapMaxCpus) __builtin_trap();
         (void)reg.info.address.toString();
       }
       break;
@@ -77,6 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (static_cast<int>(peers.size()) != nranks) __builtin_trap();
         for (const auto& p : peers) {
           if (p.address.port() == 0) __builtin_trap();
+          if (p.cpus < 0 || p.cpus > coll::kBootstrapMaxCpus) __builtin_trap();
           (void)p.address.toString();
         }
       }

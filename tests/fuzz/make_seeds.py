@@ -17,8 +17,9 @@ def addr4(port, ip=(127, 0, 0, 1)):
 def addr6(port, scope=0):
     return bytes([6, 0]) + struct.pack("<HI", port, scope) + b"\0" * 15 + b"\1"
 
-def entry(a, host=0x1234, pid=42, mask=3):
-    return a + struct.pack("<QII", host, pid, mask)
+# rank-table entry: address, hostHash, pid, netMask, machineHash, cpus
+def entry(a, host=0x1234, pid=42, mask=3, machine=0x5678, cpus=2):
+    return a + struct.pack("<QIIQI", host, pid, mask, machine, cpus)
 
 # bootstrap: [selector][nranks int32][nonce u64][payload]
 def boot(sel, n, nonce, payload):
@@ -27,26 +28,27 @@ HELLO = 0x4C484C43
 for name, sel, n, p in [
     ("hello_message", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, 100)),
     ("hello_data", 0, 4, struct.pack("<IIiII", HELLO, 2, 3, 0x54430000, 0)),
-    ("hello_table_root", 0, 4, struct.pack("<IIiII", HELLO, 3, -1, 0, 160)),
+    ("hello_table_root", 0, 4, struct.pack("<IIiII", HELLO, 3, -1, 0, 4 * 52)),
     ("hello_too_big", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, (16 << 20) + 1)),
     ("hello_bad_type", 0, 4, struct.pack("<IIiII", HELLO, 9, 1, 5, 0)),
     ("hello_truncated", 0, 4, struct.pack("<III", HELLO, 1, 1)),
-    ("reg_ok", 1, -1, struct.pack("<IIiiQ", 0x47524C43, 1, 1, 4, 77) + entry(addr4(5000))),
-    ("reg_v6", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 3, 4, 77) + entry(addr6(6000, 2))),
-    ("reg_bad_rank", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 9, 4, 77) + entry(addr4(5000))),
-    ("reg_bad_family", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 1, 1, 4, 77) + entry(b"\5" + addr4(1)[1:])),
+    ("reg_ok", 1, -1, struct.pack("<IIiiQ", 0x47524C43, 2, 1, 4, 77) + entry(addr4(5000))),
+    ("reg_v6", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 2, 3, 4, 77) + entry(addr6(6000, 2))),
+    ("reg_bad_rank", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 2, 9, 4, 77) + entry(addr4(5000))),
+    ("reg_bad_family", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 2, 1, 4, 77) + entry(b"\5" + addr4(1)[1:])),
     ("table_2", 2, 0, entry(addr4(5000)) + entry(addr6(5001))),
     ("failed", 3, 4, struct.pack("<iI", 2, 17) + b"connection closed"),
     ("failed_long", 3, 4, struct.pack("<iI", 2, 5000) + b"x" * 40),
     ("waitfor", 4, 4, struct.pack("<IQiiIi", 1, 12, 3, 7, 250, -1) + b"\0" * 4),
     ("waitfor_bad_peer", 4, 4, struct.pack("<IQiiIi", 1, 12, 9, 7, 250, 5) + b"\0" * 4),
     ("table_port0", 2, 1, entry(addr4(0))),
+    ("table_cpus_bound", 2, 1, entry(addr4(5000), cpus=(1 << 20) + 1)),
 ]:
     write("bootstrap", name, boot(sel, n, 77, p))
 
 # unique id: magic, version u16, flags, pad, address (24), secret (16), nonce (8), zeros to 128
 def uid(flags, a, secret=bytes(range(16)), nonce=99):
-    b = struct.pack("<IHBB", 0x44494C43, 1, flags, 0) + a + secret + struct.pack("<Q", nonce)
+    b = struct.pack("<IHBB", 0x44494C43, 2, flags, 0) + a + secret + struct.pack("<Q", nonce)
     return b + b"\0" * (128 - len(b))
 write("unique_id", "v4_auth", uid(1, addr4(29500)))
 write("unique_id", "v6_noauth", uid(0, addr6(29500, 1)))

@@ -11,6 +11,7 @@
 
 #include "core/auth.h"
 #include "core/bootstrap.h"
+#include "core/wire.h"
 
 namespace coll {
 namespace {
@@ -201,8 +202,8 @@ uint32_t rawRegister(const collUniqueId& id, const Secret* secret, int32_t rank,
   Socket s;
   EXPECT_TRUE(Socket::connect(c.root, Deadline::afterMs(2000), &s).ok());
   EXPECT_TRUE(authenticate(s, secret, AuthRole::Connector, Deadline::afterMs(2000), "root").ok());
-  uint8_t reg[64] = {0};
-  uint32_t magic = 0x47524c43, version = 1;
+  uint8_t reg[kBootstrapRegistrationBytes] = {0};
+  uint32_t magic = 0x47524c43, version = 2;
   memcpy(reg, &magic, 4);
   memcpy(reg + 4, &version, 4);
   memcpy(reg + 8, &rank, 4);

@@ -30,6 +30,8 @@ enum class Algo {
   PairwiseAlltoAll,
   LinearGather,
   LinearScatter,
+  DirectReduceScatter,
+  DirectAllGather,
 };
 
 struct AlgoInfo {
@@ -49,6 +51,8 @@ const AlgoInfo kAlgos[] = {
     {Algo::PairwiseAlltoAll, "pairwise-alltoall", CollKind::AlltoAll},
     {Algo::LinearGather, "linear-gather", CollKind::Gather},
     {Algo::LinearScatter, "linear-scatter", CollKind::Scatter},
+    {Algo::DirectReduceScatter, "direct-reducescatter", CollKind::ReduceScatter},
+    {Algo::DirectAllGather, "direct-allgather", CollKind::AllGather},
 };
 
 const AlgoInfo& info(Algo a) { return kAlgos[static_cast<int>(a)]; }
@@ -57,7 +61,8 @@ bool rooted(CollKind k) {
   return k == CollKind::Broadcast || k == CollKind::Reduce || k == CollKind::Gather || k == CollKind::Scatter;
 }
 
-void build(Algo a, const Topology& topo, const CollArgs& args, Schedule* s) {
+// windowHalfBytes: the in-process world's window half (direct algorithms cut their rounds by it).
+void build(Algo a, const Topology& topo, const CollArgs& args, Schedule* s, uint64_t windowHalfBytes = 64 * 1024) {
   switch (a) {
     case Algo::RingBroadcast: buildRingBroadcast(topo, args, s); break;
     case Algo::TreeBroadcast: buildTreeBroadcast(topo, args, s); break;
@@ -69,6 +74,18 @@ void build(Algo a, const Topology& topo, const CollArgs& args, Schedule* s) {
     case Algo::PairwiseAlltoAll: buildPairwiseAlltoAll(topo, args, s); break;
     case Algo::LinearGather: buildLinearGather(topo, args, s); break;
     case Algo::LinearScatter: buildLinearScatter(topo, args, s); break;
+    case Algo::DirectReduceScatter: {
+      DirectOptions o;
+      o.windowHalfBytes = windowHalfBytes;
+      buildDirectReduceScatter(topo, args, o, s);
+      break;
+    }
+    case Algo::DirectAllGather: {
+      DirectOptions o;
+      o.windowHalfBytes = windowHalfBytes;
+      buildDirectAllGather(topo, args, o, s);
+      break;
+    }
   }
 }
 
@@ -160,7 +177,7 @@ struct Runner {
       args.root = c.root;
       args.sendbuff = sendPtr[r];
       args.recvbuff = recvPtr[r];
-      build(c.algo, world.topology(r), args, &schedules[r]);
+      build(c.algo, world.topology(r), args, &schedules[r], world.options().windowHalfBytes);
       ptrs[r] = &schedules[r];
       buffers[r] = ExecBuffers{sendPtr[r], recvPtr[r]};
     }
@@ -289,7 +306,8 @@ TEST(CollectiveSchedules, ReducingTypesAndOps) {
 
 TEST(CollectiveSchedules, RingAndTreeAtMoreRanks) {
   const Algo algos[] = {Algo::RingBroadcast,  Algo::TreeBroadcast,  Algo::RingReduce,       Algo::TreeReduce,
-                        Algo::RingAllGather, Algo::BruckAllGather, Algo::RingReduceScatter};
+                        Algo::RingAllGather, Algo::BruckAllGather, Algo::RingReduceScatter,
+                        Algo::DirectReduceScatter, Algo::DirectAllGather};
   for (int32_t p : {16, 64}) {
     Runner runner(p);
     for (Algo a : algos) {
@@ -340,6 +358,205 @@ TEST(CollectiveSchedules, ConsecutiveCallsMixAlgorithms) {
     collDataType_t t = reduces(a.kind) ? kReduceTypes[call % 10] : kAllTypes[call % 12];
     runner.run(Case{a.algo, static_cast<uint64_t>(call * 37 % 300), t, kOps[call % 5], call % 5, call % 3 == 0});
     if (testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// ---- direct reduce-scatter: rounds through windows smaller than the call
+
+TEST(CollectiveSchedules, DirectReduceScatterRoundsAndWindowReuse) {
+  for (int32_t p : {2, 3, 4, 5, 8, 13}) {
+    // Regions of 256 bytes: a few hundred elements run as dozens of rounds through both buffers;
+    // 40-byte slices publish markers and reductions in pieces; the two slots it needs, no more.
+    InProcessOptions o;
+    o.windowHalfBytes = 2 * static_cast<uint64_t>(p - 1) * 256;
+    o.publishSlots = 2;
+    o.sliceBytes = 40;
+    o.ringBytes = 256;
+    ASSERT_GT(directReduceScatterShape(4097, 4, o.windowHalfBytes, p).rounds, 16u);
+    ASSERT_LE(directReduceScatterShape(4097, 4, o.windowHalfBytes, p).windowBytes, o.windowHalfBytes);
+    Runner runner(p, o);
+    // Back-to-back direct calls reuse each window half two calls later; ring calls in between
+    // shift which half a call gets.
+    int n = 0;
+    for (uint64_t count : {0, 1, 63, 64, 65, 1000, 4097}) {
+      for (bool inPlace : {false, true}) {
+        ++n;
+        runner.run(Case{Algo::DirectReduceScatter, count, collFloat32, collSum, 0, inPlace});
+        runner.run(Case{Algo::DirectReduceScatter, count + 3, collInt32, collAvg, 0, !inPlace});
+        runner.run(Case{Algo::DirectReduceScatter, count, kReduceTypes[n % 10], kOps[n % 5], 0, inPlace});
+        if (n % 3 == 0) runner.run(Case{Algo::RingReduceScatter, count, collFloat64, collSum, 0, inPlace});
+        runner.run(Case{Algo::DirectReduceScatter, count * 2 + 1, collInt8, collMax, 0, inPlace});
+        if (testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CollectiveSchedules, DirectReduceScatterShapes) {
+  // Count 0 moves nothing; one round uses one buffer sized to the call; more rounds split the
+  // block evenly (no short last round beyond rounding) and fit the window half.
+  EXPECT_EQ(directReduceScatterShape(0, 4, 1 << 20, 4).rounds, 0u);
+  DirectReduceScatterShape one = directReduceScatterShape(1000, 4, 1 << 20, 4);
+  EXPECT_EQ(one.rounds, 1u);
+  EXPECT_EQ(one.buffers, 1);
+  EXPECT_EQ(one.windowBytes, 3u * 4000);
+  for (int32_t l : {2, 3, 4, 8, 64}) {
+    for (uint64_t count : {1ull, 1000ull, 1048576ull, 10000019ull}) {
+      for (uint64_t es : {1ull, 2ull, 4ull, 8ull}) {
+        const uint64_t half = 4ull << 20;
+        DirectReduceScatterShape sh = directReduceScatterShape(count, es, half, l);
+        ASSERT_GE(sh.rounds * sh.roundElems, count);
+        ASSERT_LT((sh.rounds - 1) * sh.roundElems, count);
+        ASSERT_GE(sh.regionBytes, sh.roundElems * es);
+        ASSERT_LE(sh.windowBytes, half) << "l=" << l << " count=" << count << " es=" << es;
+        if (sh.rounds > 1) {
+          ASSERT_EQ(sh.regionBytes % 64, 0u);
+        }
+      }
+    }
+  }
+  // An empty schedule for count 0 (nothing published, no window), and a self copy alone.
+  Schedule s;
+  CollArgs args;
+  args.kind = CollKind::ReduceScatter;
+  args.count = 0;
+  DirectOptions o;
+  o.windowHalfBytes = 1 << 20;
+  buildDirectReduceScatter(Topology::uniform(1, 4, 4), args, o, &s);
+  EXPECT_TRUE(s.steps.empty());
+  EXPECT_FALSE(s.usesWindows);
+  args.count = 5;
+  buildDirectReduceScatter(Topology::uniform(0, 1, 1), args, o, &s);
+  ASSERT_EQ(s.steps.size(), 1u);
+  EXPECT_EQ(s.steps[0].kind, StepKind::Copy);
+}
+
+// ---- direct all-gather: rounds through windows smaller than the call
+
+TEST(CollectiveSchedules, DirectAllGatherRoundsAndWindowReuse) {
+  for (int32_t p : {2, 3, 4, 5, 8, 13}) {
+    // Buffers of 128 bytes: a few hundred elements run as dozens of rounds through both buffers;
+    // 40-byte slices publish markers and copies in pieces; the two slots it needs, no more.
+    InProcessOptions o;
+    o.windowHalfBytes = 256;
+    o.publishSlots = 2;
+    o.sliceBytes = 40;
+    o.ringBytes = 256;
+    ASSERT_GT(directAllGatherShape(4097, 4, o.windowHalfBytes).rounds, 16u);
+    ASSERT_LE(directAllGatherShape(4097, 4, o.windowHalfBytes).windowBytes, o.windowHalfBytes);
+    Runner runner(p, o);
+    // Back-to-back direct calls reuse each window half two calls later; ring and direct
+    // reduce-scatter calls in between shift which half a call gets and what it held.
+    int n = 0;
+    for (uint64_t count : {0, 1, 31, 32, 33, 64, 65, 1000, 4097}) {
+      for (bool inPlace : {false, true}) {
+        ++n;
+        runner.run(Case{Algo::DirectAllGather, count, collFloat32, collSum, 0, inPlace});
+        runner.run(Case{Algo::DirectAllGather, count + 3, collInt32, collSum, 0, !inPlace});
+        runner.run(Case{Algo::DirectAllGather, count, kAllTypes[n % 12], collSum, 0, inPlace});
+        if (n % 3 == 0) runner.run(Case{Algo::RingAllGather, count, collFloat64, collSum, 0, inPlace});
+        if (n % 4 == 1 && count * 4 <= 256) runner.run(Case{Algo::DirectReduceScatter, count, collFloat32, collSum, 0, inPlace});
+        runner.run(Case{Algo::DirectAllGather, count * 2 + 1, collInt8, collSum, 0, inPlace});
+        if (testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CollectiveSchedules, DirectAllGatherShapes) {
+  // Count 0 moves nothing; a call that fits the window half is one round in one buffer sized to
+  // the call; more rounds split the block evenly and fit two buffers into the window half.
+  EXPECT_EQ(directAllGatherShape(0, 4, 1 << 20).rounds, 0u);
+  DirectAllGatherShape one = directAllGatherShape(1000, 4, 4000);
+  EXPECT_EQ(one.rounds, 1u);
+  EXPECT_EQ(one.buffers, 1);
+  EXPECT_EQ(one.windowBytes, 4000u);
+  EXPECT_EQ(directAllGatherShape(1001, 4, 4000).buffers, 2);
+  for (uint64_t half : {128ull, 1000ull, 4ull << 20}) {
+    for (uint64_t count : {1ull, 1000ull, 1048576ull, 10000019ull}) {
+      for (uint64_t es : {1ull, 2ull, 4ull, 8ull}) {
+        DirectAllGatherShape sh = directAllGatherShape(count, es, half);
+        ASSERT_GE(sh.rounds * sh.roundElems, count);
+        ASSERT_LT((sh.rounds - 1) * sh.roundElems, count);
+        ASSERT_GE(sh.regionBytes, sh.roundElems * es);
+        ASSERT_LE(sh.windowBytes, half) << "half=" << half << " count=" << count << " es=" << es;
+        if (sh.rounds > 1 && sh.regionBytes >= 256) {
+          ASSERT_EQ(sh.regionBytes % 64, 0u);
+        }
+      }
+    }
+  }
+  // An empty schedule for count 0 (nothing published, no window), and a self copy alone.
+  Schedule s;
+  CollArgs args;
+  args.kind = CollKind::AllGather;
+  args.count = 0;
+  DirectOptions o;
+  o.windowHalfBytes = 1 << 20;
+  buildDirectAllGather(Topology::uniform(1, 4, 4), args, o, &s);
+  EXPECT_TRUE(s.steps.empty());
+  EXPECT_FALSE(s.usesWindows);
+  args.count = 5;
+  buildDirectAllGather(Topology::uniform(0, 1, 1), args, o, &s);
+  ASSERT_EQ(s.steps.size(), 1u);
+  EXPECT_EQ(s.steps[0].kind, StepKind::Copy);
+  // One round at 4 ranks: the own copy, the gate, the copy in, the marker, three reads.
+  args.count = 1000;
+  buildDirectAllGather(Topology::uniform(2, 4, 4), args, o, &s);
+  EXPECT_EQ(s.steps.size(), 7u);
+  EXPECT_EQ(s.windowBytes, 1000u * dataTypeSize(args.dtype));
+}
+
+TEST(CollectiveSchedules, DirectReduceScatterFloat8) {
+  // float8 sums of a few small values are exact in the float32 accumulator and rounded once, so
+  // the result is the reference reduction in the algorithm's order, bit for bit.
+  for (collDataType_t t : {collFloat8e4m3, collFloat8e5m2}) {
+    for (int32_t p : {2, 3, 5}) {
+      InProcessOptions o;
+      o.windowHalfBytes = 2 * static_cast<uint64_t>(p - 1) * 128;
+      o.sliceBytes = 24;
+      InProcessWorld world(p, p, o);
+      const uint64_t count = 777;
+      std::vector<std::vector<uint8_t>> send(p, std::vector<uint8_t>(p * count)), recv(p, std::vector<uint8_t>(count));
+      for (int32_t r = 0; r < p; ++r) {
+        for (uint64_t i = 0; i < p * count; ++i) {
+          const float v = static_cast<float>(static_cast<int>((r * 13 + i * 7) % 17) - 8) / 4.0f;
+          send[r][i] = t == collFloat8e4m3 ? kernels::floatToFp8e4m3(v) : kernels::floatToFp8e5m2(v);
+        }
+      }
+      // Schedules outlive their calls (an Execution keeps what it prepared for a schedule).
+      std::vector<Schedule> s(p);
+      uint64_t seq = 0;
+      for (collRedOp_t op : {collSum, collMax, collAvg}) {
+        std::vector<const Schedule*> sp(p);
+        std::vector<ExecBuffers> eb(p);
+        for (int32_t r = 0; r < p; ++r) {
+          CollArgs args;
+          args.kind = CollKind::ReduceScatter;
+          args.count = count;
+          args.dtype = t;
+          args.op = op;
+          DirectOptions d;
+          d.windowHalfBytes = o.windowHalfBytes;
+          buildDirectReduceScatter(world.topology(r), args, d, &s[r]);
+          sp[r] = &s[r];
+          eb[r] = ExecBuffers{send[r].data(), recv[r].data()};
+        }
+        Status st = runInProcess(sp, eb, world, ++seq);
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (int32_t r = 0; r < p; ++r) {
+          // Own block first, then the peers in rank order.
+          std::vector<const void*> srcs = {send[r].data() + r * count};
+          for (int32_t j = 0; j < p; ++j) {
+            if (j != r) srcs.push_back(send[j].data() + r * count);
+          }
+          std::vector<uint8_t> want(count);
+          kernels::reduceN(want.data(), srcs.data(), p, count, t, op == collAvg ? collSum : op);
+          if (op == collAvg) kernels::divide(want.data(), want.data(), count, t, static_cast<uint64_t>(p));
+          ASSERT_EQ(recv[r], want) << "dtype " << t << " op " << op << " p=" << p << " rank " << r;
+        }
+      }
+    }
   }
 }
 
@@ -641,6 +858,8 @@ TEST(CollectiveSchedules, StructureAt1024Ranks) {
     for (const AlgoInfo& a : kAlgos) {
       // One all-to-all (a million streams) is enough.
       if (p != 1024 && a.algo == Algo::PairwiseAlltoAll) continue;
+      // Window algorithms move nothing over streams (their rounds are checked by running them).
+      if (a.algo == Algo::DirectReduceScatter || a.algo == Algo::DirectAllGather) continue;
       checkStructure(p, a.algo, 3);
       if (testing::Test::HasFatalFailure()) return;
     }

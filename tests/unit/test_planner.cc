@@ -394,7 +394,8 @@ TEST(PlannerAlgoFilter, FiltersThatLeaveNothingAreErrorsAtInit) {
       {4, 2, true, "direct", "allreduce"},            // direct across hosts
       {4, 4, false, "allreduce:direct", "windows"},   // no shared windows
       {8, 8, true, "allreduce:hier", "more than one host"},
-      {8, 8, true, "^ring", "reducescatter"},          // one host: reduce-scatter has only ring
+      {8, 8, true, "^ring,direct", "reducescatter"},   // one host: reduce-scatter has only ring and direct
+      {8, 4, true, "reducescatter:direct", "one host"},  // direct reduce-scatter across hosts
       {8, 4, true, "alltoall:^pairwise", "alltoall"},
       {7, 7, true, "allreduce:torus", "torus"},        // prime: no grid
   };
@@ -460,6 +461,99 @@ TEST(PlannerAlgoFilter, ForcedChoicesAreObeyed) {
     ASSERT_TRUE(planCollective(f.in, call(CollKind::ReduceScatter, n), &c).ok());
     EXPECT_EQ(c.algo, AlgoId::Hierarchical);
   }
+}
+
+TEST(PlannerReduceScatter, DirectOnlyWhereEveryRankSharesTheWindows) {
+  // One host with windows: the direct reduce-scatter (one copy in, one pass) beats the ring's
+  // p-1 hops at every size under the default and oversubscribed links; it never runs in rounds
+  // of calls (its rounds are inside the schedule).
+  for (int p : {2, 4, 8}) {
+    for (const Links& l : {kLinkSets[0], kLinkSets[3]}) {
+      Fixture f(p, p, true);
+      f.links(l);
+      for (uint64_t count : {1ull, 1000ull, 1ull << 20, 1ull << 26}) {
+        PlanChoice c;
+        ASSERT_TRUE(planCollective(f.in, call(CollKind::ReduceScatter, count), &c).ok());
+        if (p > 2) {
+          EXPECT_EQ(c.algo, AlgoId::Direct) << "p=" << p << " " << l.name << " count=" << count;
+        }
+        EXPECT_EQ(c.roundElems, 0u);
+      }
+    }
+  }
+  // Several hosts (even or uneven), or no windows: never direct.
+  Fixture hosts(8, 4, true), noWindows(8, 8, false);
+  Fixture uneven(std::vector<int32_t>{0, 0, 0, 1, 1}, true);
+  for (Fixture* f : {&hosts, &noWindows, &uneven}) {
+    EXPECT_FALSE(algoApplicable(f->in, CollKind::ReduceScatter, AlgoId::Direct));
+    for (uint64_t count : {1ull, 1ull << 20}) {
+      PlanChoice c;
+      ASSERT_TRUE(planCollective(f->in, call(CollKind::ReduceScatter, count), &c).ok());
+      EXPECT_NE(c.algo, AlgoId::Direct);
+    }
+  }
+  // Forced, and a window too small to hold a region per peer.
+  Fixture forced(4, 4, true, "reducescatter:direct");
+  ASSERT_TRUE(checkForcedAlgo(forced.in).ok());
+  PlanChoice c;
+  ASSERT_TRUE(planCollective(forced.in, call(CollKind::ReduceScatter, 12345), &c).ok());
+  EXPECT_EQ(c.algo, AlgoId::Direct);
+  EXPECT_EQ(c.ncandidates, 1);
+  Fixture tiny(8, 8, true);
+  tiny.in.windowHalfBytes = 512;
+  finalizePlannerInputs(&tiny.in);
+  std::string why;
+  EXPECT_FALSE(algoApplicable(tiny.in, CollKind::ReduceScatter, AlgoId::Direct, &why));
+  EXPECT_NE(why.find("COLL_SHM_WINDOW_BYTES"), std::string::npos) << why;
+}
+
+TEST(PlannerAllGather, DirectOnlyWhereEveryRankSharesTheWindows) {
+  // One host with windows, large blocks: one copy in and p-1 copies out beat the ring's 2(p-1)
+  // copies through FIFOs; rounds stay inside the schedule (no rounds of calls).
+  for (int p : {4, 8}) {
+    for (const Links& l : {kLinkSets[0], kLinkSets[3]}) {
+      Fixture f(p, p, true);
+      f.links(l);
+      for (uint64_t count : {1ull << 20, 1ull << 26}) {
+        PlanChoice c;
+        ASSERT_TRUE(planCollective(f.in, call(CollKind::AllGather, count), &c).ok());
+        EXPECT_EQ(c.algo, AlgoId::Direct) << "p=" << p << " " << l.name << " count=" << count;
+        EXPECT_EQ(c.roundElems, 0u);
+      }
+    }
+  }
+  // Several hosts (even or uneven), or no windows: never direct.
+  Fixture hosts(8, 4, true), noWindows(8, 8, false);
+  Fixture uneven(std::vector<int32_t>{0, 0, 0, 1, 1}, true);
+  for (Fixture* f : {&hosts, &noWindows, &uneven}) {
+    EXPECT_FALSE(algoApplicable(f->in, CollKind::AllGather, AlgoId::Direct));
+    for (uint64_t count : {1ull, 1ull << 20}) {
+      PlanChoice c;
+      ASSERT_TRUE(planCollective(f->in, call(CollKind::AllGather, count), &c).ok());
+      EXPECT_NE(c.algo, AlgoId::Direct);
+    }
+  }
+  // Forced; and the cost model counts copies: p blocks against the ring's 2(p-1) hop copies.
+  Fixture forced(4, 4, true, "allgather:direct");
+  ASSERT_TRUE(checkForcedAlgo(forced.in).ok());
+  PlanChoice c;
+  ASSERT_TRUE(planCollective(forced.in, call(CollKind::AllGather, 12345), &c).ok());
+  EXPECT_EQ(c.algo, AlgoId::Direct);
+  EXPECT_EQ(c.ncandidates, 1);
+  Fixture f(4, 4, true);
+  const uint64_t big = 1ull << 24;
+  EXPECT_LT(predictAlgo(f.in, CollKind::AllGather, AlgoId::Direct, big, big / 4).seconds,
+            predictAlgo(f.in, CollKind::AllGather, AlgoId::Ring, big, big / 4).seconds);
+  // Bigger than the window half: rounds, each paying its waits.
+  const uint64_t half = f.in.windowHalfBytes;
+  EXPECT_GT(predictAlgo(f.in, CollKind::AllGather, AlgoId::Direct, 2 * half, half / 2).seconds,
+            2 * predictAlgo(f.in, CollKind::AllGather, AlgoId::Direct, half, half / 4).seconds);
+  Fixture tiny(8, 8, true);
+  tiny.in.windowHalfBytes = 64;
+  finalizePlannerInputs(&tiny.in);
+  std::string why;
+  EXPECT_FALSE(algoApplicable(tiny.in, CollKind::AllGather, AlgoId::Direct, &why));
+  EXPECT_NE(why.find("COLL_SHM_WINDOW_BYTES"), std::string::npos) << why;
 }
 
 // ---- plan keys

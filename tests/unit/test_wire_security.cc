@@ -276,13 +276,13 @@ TEST(WireParsers, HelloRegistrationAndTable) {
   EXPECT_NE(parseBootstrapHello(ok.data(), ok.size() - 1, 2, &h), nullptr);
   EXPECT_NE(parseBootstrapHello(ok.data(), ok.size(), 1, &h), nullptr);  // rank 1 of 1
   EXPECT_NE(parseBootstrapHello(ok.data(), ok.size(), 0, &h), nullptr);
-  auto table = le32s({kHello, 3, 0xffffffffu, 0, 2 * 40});
+  auto table = le32s({kHello, 3, 0xffffffffu, 0, 2 * static_cast<uint32_t>(kBootstrapEntryBytes)});
   EXPECT_EQ(parseBootstrapHello(table.data(), table.size(), 2, &h), nullptr);
   EXPECT_NE(parseBootstrapHello(table.data(), table.size(), 3, &h), nullptr);
 
   BootstrapRegistration reg;
-  std::vector<uint8_t> r = le32s({0x47524c43, 1, 1, 4, 77, 0});
-  std::vector<uint8_t> entry(40, 0);
+  std::vector<uint8_t> r = le32s({0x47524c43, 2, 1, 4, 77, 0});
+  std::vector<uint8_t> entry(kBootstrapEntryBytes, 0);
   entry[0] = 4;
   entry[2] = 0x88;  // port 0x1388 = 5000
   entry[3] = 0x13;

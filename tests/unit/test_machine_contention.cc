@@ -1,0 +1,181 @@
+// Machines (ranks sharing CPUs, across network namespaces): the topology's machine counts, the
+// rank table's machine fields, the wait policy and the planner's CPU-contention term built on them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/planner.h"
+#include "core/wire.h"
+#include "exec/executor.h"
+#include "topo/topology.h"
+
+namespace coll {
+namespace {
+
+// 4 hosts x 2 ranks, all on one machine of `cpus` CPUs (an emulated cluster of namespaces).
+Topology emulated(int32_t hosts, int32_t perHost, int32_t cpus, int32_t rank = 0) {
+  Topology t = Topology::uniform(rank, hosts * perHost, perHost);
+  t.setMachines(std::vector<uint64_t>(static_cast<size_t>(hosts * perHost), 77),
+                std::vector<int32_t>(static_cast<size_t>(hosts * perHost), cpus));
+  return t;
+}
+
+TEST(TopologyMachines, HostsWithoutMachineInformationAreTheirOwnMachines) {
+  Topology t = Topology::uniform(5, 8, 2);
+  EXPECT_EQ(t.nmachines, 4);
+  EXPECT_EQ(t.machineSize(), 2);
+  EXPECT_EQ(t.machineCpus(), 0);
+}
+
+TEST(TopologyMachines, RanksOfSeveralHostsShareAMachine) {
+  Topology t = emulated(4, 2, 2, 3);
+  EXPECT_EQ(t.nhosts, 4);
+  EXPECT_EQ(t.localSize(), 2);  // shared memory still only within the host
+  EXPECT_EQ(t.nmachines, 1);
+  EXPECT_EQ(t.machineSize(), 8);
+  EXPECT_EQ(t.machineCpus(), 2);
+}
+
+TEST(TopologyMachines, AMachineTakesTheFewestCpusItsRanksReportAndUnknownWins) {
+  Topology t = Topology::uniform(0, 6, 1);
+  t.setMachines({1, 1, 2, 2, 3, 3}, {8, 4, 16, 16, 4, 0});
+  EXPECT_EQ(t.nmachines, 3);
+  EXPECT_EQ(t.machineOfRank, (std::vector<int32_t>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(t.cpusOfMachine, (std::vector<int32_t>{4, 16, 0}));
+  EXPECT_EQ(t.machineSize(), 2);
+  EXPECT_EQ(t.machineCpus(), 4);
+  // Mismatched sizes leave the topology as it was.
+  t.setMachines({1, 2}, {1, 1});
+  EXPECT_EQ(t.nmachines, 3);
+}
+
+TEST(TopologyMachines, LocalIdentityIgnoresTheNetworkNamespaceAndCpusArePositive) {
+  EXPECT_EQ(localMachineIdentity().find("netns"), std::string::npos);
+  EXPECT_NE(localMachineIdentity(), "");
+  EXPECT_GE(localMachineCpus(), 1);
+}
+
+TEST(TopologyMachines, WaitPolicySpinsShortOnlyWhenTheMachinesRanksOutnumberItsCpus) {
+  if (std::getenv("COLL_SPIN_COUNT") != nullptr) GTEST_SKIP() << "COLL_SPIN_COUNT is set";
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  ASSERT_GT(cpus, 0);
+  EXPECT_EQ(waitPolicyFor(cpus).spins, WaitPolicy{}.spins);
+  EXPECT_EQ(waitPolicyFor(cpus + 1).spins, 20u);
+}
+
+// One rank-table entry: IPv4 127.0.0.1:port, then hostHash, pid, netMask, machineHash, cpus.
+std::vector<uint8_t> entry(uint16_t port, uint64_t machine, uint32_t cpus) {
+  std::vector<uint8_t> e(kBootstrapEntryBytes, 0);
+  e[0] = 4;
+  e[2] = static_cast<uint8_t>(port & 0xff);
+  e[3] = static_cast<uint8_t>(port >> 8);
+  e[8] = 127;
+  e[11] = 1;
+  for (int i = 0; i < 8; ++i) e[24 + i] = static_cast<uint8_t>(0x11 * (i + 1));  // hostHash
+  for (int i = 0; i < 8; ++i) e[40 + i] = static_cast<uint8_t>(machine >> (8 * i));
+  for (int i = 0; i < 4; ++i) e[48 + i] = static_cast<uint8_t>(cpus >> (8 * i));
+  return e;
+}
+
+TEST(TopologyMachines, RankTableCarriesMachineAndCpusAndBoundsTheCpus) {
+  std::vector<uint8_t> table = entry(5000, 0xabcdef0123456789ull, 2);
+  std::vector<uint8_t> second = entry(5001, 0xabcdef0123456789ull, 64);
+  table.insert(table.end(), second.begin(), second.end());
+  std::vector<PeerInfo> peers;
+  ASSERT_TRUE(parseRankTable(table.data(), table.size(), 2, &peers).ok());
+  ASSERT_EQ(peers.size(), 2u);
+  EXPECT_EQ(peers[0].machineHash, 0xabcdef0123456789ull);
+  EXPECT_EQ(peers[0].cpus, 2);
+  EXPECT_EQ(peers[1].cpus, 64);
+  // A CPU count past the bound is a malformed entry, not a number the planner divides by.
+  std::vector<uint8_t> bad = entry(5000, 1, static_cast<uint32_t>(kBootstrapMaxCpus) + 1);
+  EXPECT_FALSE(parseRankTable(bad.data(), bad.size(), 1, &peers).ok());
+  std::vector<uint8_t> huge = entry(5000, 1, 0xffffffffu);
+  EXPECT_FALSE(parseRankTable(huge.data(), huge.size(), 1, &peers).ok());
+}
+
+struct Inputs {
+  Topology topo;
+  PlannerInputs in;
+  explicit Inputs(Topology t) : topo(std::move(t)) {
+    in.topo = &topo;
+    in.haveWindows = true;
+    in.windowHalfBytes = 4 << 20;
+    // The emulated cluster as probed (2 CPUs, 1 Gbit/s tbf links).
+    in.intraHost = {2.5e-6, 1 / 3.5e9};
+    in.interHost = {20e-6, 1 / 0.12e9};
+    in.gamma = 1 / 40e9;
+    finalizePlannerInputs(&in);
+  }
+};
+
+double predict(const PlannerInputs& in, AlgoId a, uint64_t count) {
+  return predictAlgo(in, CollKind::AllReduce, a, count * 4, count).seconds;
+}
+
+TEST(PlannerContention, NoTermWhereEveryRankHasACpuOrCpusAreUnknown) {
+  Inputs unknown(Topology::uniform(0, 8, 2));
+  Inputs roomy(emulated(4, 2, 8));
+  EXPECT_EQ(roomy.in.shape.machineCpus, 0);  // 8 ranks on 8 CPUs: no oversubscribed machine
+  for (AlgoId a : {AlgoId::Ring, AlgoId::RecursiveDoubling, AlgoId::Tree, AlgoId::Hierarchical}) {
+    for (uint64_t count : {2ull, 16ull, 1ull << 20}) {
+      EXPECT_DOUBLE_EQ(predict(roomy.in, a, count), predict(unknown.in, a, count)) << algoName(a) << " " << count;
+    }
+  }
+}
+
+TEST(PlannerContention, BusyRanksShareTheCpusAndATinyRingKeepsFewBusy) {
+  Inputs free(Topology::uniform(0, 8, 2));
+  Inputs busy(emulated(4, 2, 2));
+  EXPECT_EQ(busy.in.shape.machineRanks, 8);
+  EXPECT_EQ(busy.in.shape.machineCpus, 2);
+  // Every rank busy: 8 ranks on 2 CPUs run at a quarter of their speed, at every size.
+  for (AlgoId a : {AlgoId::RecursiveDoubling, AlgoId::Tree, AlgoId::Hierarchical}) {
+    for (uint64_t count : {2ull, 1024ull, 1ull << 20}) {
+      EXPECT_NEAR(predict(busy.in, a, count) / predict(free.in, a, count), 4.0, 1e-9) << algoName(a) << " " << count;
+    }
+  }
+  // A ring of 2 elements over 8 ranks: 2 non-empty chunks, 2 busy ranks, 2 CPUs: no slowdown;
+  // 4 elements: 4 busy, half speed; from 8 elements on every rank works.
+  EXPECT_DOUBLE_EQ(predict(busy.in, AlgoId::Ring, 2), predict(free.in, AlgoId::Ring, 2));
+  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 4) / predict(free.in, AlgoId::Ring, 4), 2.0, 1e-9);
+  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 8) / predict(free.in, AlgoId::Ring, 8), 4.0, 1e-9);
+  // Unknown element count: every rank counted busy.
+  EXPECT_NEAR(predictAlgo(busy.in, CollKind::AllReduce, AlgoId::Ring, 8, 0).seconds /
+                  predict(free.in, AlgoId::Ring, 2),
+              4.0, 1e-9);
+}
+
+TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeTheRing) {
+  // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s (bench/planner_vs_forced.sh): at 8 B the
+  // ring (2 busy ranks) ran 250 us, recursive doubling 370, the tree 475.
+  Inputs busy(emulated(4, 2, 2));
+  CollArgs a;
+  a.kind = CollKind::AllReduce;
+  a.count = 2;
+  a.dtype = collFloat32;
+  PlanChoice c;
+  ASSERT_TRUE(planCollective(busy.in, a, &c).ok());
+  EXPECT_EQ(c.algo, AlgoId::Ring) << describeChoice(c.algo, c.options, c.sliceBytes);
+  // The same cluster with a CPU per rank keeps the latency algorithms.
+  Inputs roomy(emulated(4, 2, 8));
+  ASSERT_TRUE(planCollective(roomy.in, a, &c).ok());
+  EXPECT_NE(c.algo, AlgoId::Ring) << describeChoice(c.algo, c.options, c.sliceBytes);
+}
+
+TEST(PlannerContention, TreeInteriorNodesTakeTheirChildrenOneAfterTheOther) {
+  // Over two hosts each tree is a root and a leaf: no fan-in. Over four, an interior host takes
+  // two children's messages through its link: the tree's latency over hosts doubles.
+  Inputs two(Topology::uniform(0, 2, 1)), four(Topology::uniform(0, 4, 1));
+  for (Inputs* i : {&two, &four}) i->in.interHost = {20e-6, 0};
+  for (Inputs* i : {&two, &four}) i->in.gamma = 0;
+  EXPECT_NEAR(predict(two.in, AlgoId::Tree, 1), 2 * 1 * 20e-6, 1e-12);
+  EXPECT_NEAR(predict(four.in, AlgoId::Tree, 1), 2 * 2 * 2 * 20e-6, 1e-12);
+}
+
+}  // namespace
+}  // namespace coll
