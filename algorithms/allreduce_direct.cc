@@ -13,24 +13,6 @@ constexpr uint64_t kAlign = 64;
 
 uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-Dep peerStepDep(int32_t peer, int32_t slot, uint64_t offset, uint64_t count) {
-  Dep d;
-  d.kind = DepKind::PeerStep;
-  d.peer = peer;
-  d.slot = slot;
-  d.offset = offset;
-  d.count = count;
-  return d;
-}
-
-Dep peerCallDep(int32_t peer, uint32_t lag) {
-  Dep d;
-  d.kind = DepKind::PeerCall;
-  d.peer = peer;
-  d.lag = lag;
-  return d;
-}
-
 }  // namespace
 
 uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize) {

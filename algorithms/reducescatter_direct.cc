@@ -11,24 +11,6 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-Dep peerMarkerDep(int32_t peer, int32_t slot, uint64_t count) {
-  Dep d;
-  d.kind = DepKind::PeerStep;
-  d.whole = true;
-  d.peer = peer;
-  d.slot = slot;
-  d.count = count;
-  return d;
-}
-
-Dep peerCallDep(int32_t peer, uint32_t lag) {
-  Dep d;
-  d.kind = DepKind::PeerCall;
-  d.peer = peer;
-  d.lag = lag;
-  return d;
-}
-
 }  // namespace
 
 DirectReduceScatterShape directReduceScatterShape(uint64_t count, uint64_t elemBytes, uint64_t windowHalfBytes,

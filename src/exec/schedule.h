@@ -155,6 +155,16 @@ inline Dep stepDepFrom(int32_t step, uint64_t lead) { Dep d; d.kind = DepKind::S
 // Per element across units: the dependency's `den` elements make `num` of the dependent's.
 inline Dep unitStepDep(int32_t step, uint32_t num, uint32_t den) { Dep d; d.kind = DepKind::Step; d.step = step; d.unitNum = num; d.unitDen = den; return d; }
 inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }
+// Dependencies on a local peer through the host windows: per element on its published step
+// (element i needs element offset+i of a `count`-element step), on the whole of it (a marker), or on
+// its completed-call counter `lag` calls back.
+inline Dep peerStepDep(int32_t peer, int32_t slot, uint64_t offset, uint64_t count) {
+  Dep d; d.kind = DepKind::PeerStep; d.peer = peer; d.slot = slot; d.offset = offset; d.count = count; return d;
+}
+inline Dep peerMarkerDep(int32_t peer, int32_t slot, uint64_t count) {
+  Dep d = peerStepDep(peer, slot, 0, count); d.whole = true; return d;
+}
+inline Dep peerCallDep(int32_t peer, uint32_t lag) { Dep d; d.kind = DepKind::PeerCall; d.peer = peer; d.lag = lag; return d; }
 
 size_t dataTypeSize(collDataType_t dtype);
 
