@@ -14,7 +14,8 @@ namespace coll {
 
 enum class LinkClass : uint8_t { SameHost = 0, CrossHost = 1 };
 inline constexpr int kLinkClasses = 2;
-inline constexpr int kStepKinds = 6;  // StepKind values
+// StepKind values; DequantAccumulate is the last (schedule.h), so this grows with the enum.
+inline constexpr int kStepKinds = static_cast<int>(StepKind::DequantAccumulate) + 1;
 
 // What one rank's schedule does. A message is a Send step with count > 0 (zero-count steps are
 // complete from the start in the executor and move nothing).

@@ -525,6 +525,24 @@ TEST(ScheduleCost, CountsByLinkClass) {
   EXPECT_EQ(c.messages[1], 0u);
 }
 
+TEST(ScheduleCost, CountsEveryStepKindOfACompressedSchedule) {
+  // The quantization kinds are the last StepKind values: counting them must not spill into the
+  // link-class counters next to byKind.
+  const CollArgs args = allReduceArgs(4096);
+  UniformTopologies topos(4, 4);
+  Schedule s;
+  buildCompressedAllReduce(topos.at(1), args, 64, &s);
+  const ScheduleCounts c = countSchedule(s, topos.at(1));
+  uint64_t kinds = 0;
+  for (uint64_t k : c.byKind) kinds += k;
+  EXPECT_EQ(kinds, c.steps);
+  EXPECT_GT(c.kind(StepKind::Quantize), 0u);
+  EXPECT_GT(c.kind(StepKind::DequantAccumulate), 0u);
+  EXPECT_EQ(c.messages[0], c.kind(StepKind::Send));  // one host: every send stays inside
+  EXPECT_EQ(c.messages[1], 0u);
+  EXPECT_EQ(c.bytesSent[1], 0u);
+}
+
 // ---- at scale: counts (fast tier: 1,000 and 4,096 ranks; 10,000 for the O(1)-per-rank trees)
 
 TEST(SchedulesAtScale, CountsMatchFormulas) {
