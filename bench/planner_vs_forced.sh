@@ -2,9 +2,10 @@
 # The planner's automatic All-Reduce choice against every algorithm forced with COLL_ALGO, per size
 # from 8 B to 64 MiB, on 2 emulated nodes x 4 ranks and 4 x 2 (bench/emucluster, RATE node links,
 # ranks in blocks) and on 8 ranks of one host. Auto and the forced algorithms alternate within each
-# of ROUNDS rounds; medians of the out-of-place time. Flags every size where auto > 1.10 x the best.
+# of ROUNDS rounds (each round in another order); medians of the out-of-place and in-place times. Flags every size where auto > 1.10 x the best.
 # usage: bench/planner_vs_forced.sh   (root for the emulated setups; env: BUILD, ROUNDS=3,
 #        RATE=1gbit, SETUPS="2x4 4x2 1x8", ALGOS (default: all), BANDS (see below), TOLERANCE=1.10,
+#        PIN=1 (bind ranks to cores, see launch; 0: leave placement to the kernel),
 #        SUMMARIZE=<results folder>: only print the table of an earlier run)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
@@ -13,10 +14,20 @@ RATE=${RATE:-1gbit}
 SETUPS=${SETUPS:-2x4 4x2 1x8}
 ALGOS=${ALGOS:-ring tree recdoubling rabenseifner torus hier direct}
 TOLERANCE=${TOLERANCE:-1.10}
+PIN=${PIN:-1}
 ALGO_FORMAT=${ALGO_FORMAT:-allreduce:%s}
 # One allreduce_perf invocation per band, "MIN:MAX:ITERS:WARMUP" (x8 steps inside a band): many
 # iterations where calls are cheap, few at 16-64 MiB where one call takes about a second at 1 Gbit/s.
-BANDS=${BANDS:-8:32K:40:5 256K:2M:8:2 16M:16M:3:1 64M:64M:2:1}
+# Warm-up is what reaches the steady state a training loop sees. At least 2 calls per size: calls
+# alternate between the communicator's two stream lanes (COLL_STREAM_LANES), and the first call on
+# a lane creates it and first-touches its shared windows (with 1 warm-up call, an 8-rank direct
+# All-Reduce at 16 MiB timed 95 ms instead of 13 ms). 1000 below 32 KiB: on the emulated links the
+# kernel's TCP needs that many small calls to settle, whatever the algorithm (2 x 4, tree forced,
+# bound ranks: 4 KiB took 1.28 ms per call after 300 warm-up calls, 0.69 ms after 1000; 32 KiB
+# 2.46 ms after 10, 0.64 ms after 300; no drops or retransmissions at the tbf meanwhile). From
+# 16 MiB, a few calls: 8 ranks on 2 cores timed a direct All-Reduce (rounds through the windows)
+# at 21 ms per call with 2 warm-up calls and 3 timed, 12-14 ms with 5 and 10.
+BANDS=${BANDS:-8:32K:100:1000 256K:2M:8:4 16M:16M:5:5 64M:64M:2:3}
 EMU=$ROOT/bench/emucluster
 need "$COLLRUN" "$PERF"
 export COLLRUN
@@ -46,6 +57,11 @@ launch() {
   # shellcheck disable=SC2059
   [ "$algo" = auto ] || env+=("COLL_ALGO=$(printf "$ALGO_FORMAT" "$algo")")
   local -a perf=("$PERF" -b "$min" -e "$max" -f 8 -d float -o sum -n "$iters" -w "$warm" -c 0)
+  # PIN=1: each rank bound to core (local rank mod cores), the same for auto and every forced run.
+  # Unbound, the kernel's placement of 8 ranks on 2 cores changes from launch to launch and moved
+  # the same forced plan by up to 2x at 64-512 B on 2 x 4 (346-730 us); bound, within about 10%.
+  # shellcheck disable=SC2016
+  [ "$PIN" = 0 ] || perf=(sh -c 'exec taskset -c $((COLL_LOCAL_RANK % $(nproc))) "$@"' sh "${perf[@]}")
   if [ -z "$cluster" ]; then
     env "${env[@]}" "$COLLRUN" -np "$per" --timeout 900 "${perf[@]}" >"$file" 2>&1
   else
@@ -73,7 +89,12 @@ for setup in $SETUPS; do
   for ((round = 1; round <= ROUNDS; ++round)); do
     for band in $BANDS; do
       IFS=: read -r min max iters warm <<<"$band"
-      for algo in auto $ALGOS; do
+      # Each round starts at another place in the list, so no algorithm always runs first in a
+      # band (right after the previous band's largest calls, or the cluster's iperf3 check).
+      read -r -a order <<<"auto $ALGOS"
+      shift_by=$(((round - 1) * ${#order[@]} / ROUNDS))
+      for ((k = 0; k < ${#order[@]}; ++k)); do
+        algo=${order[$(((k + shift_by) % ${#order[@]}))]}
         [ -z "${inapplicable[$algo]:-}" ] || continue
         f=$out/$setup-$min-$algo-r$round.txt
         if ! launch "$setup" "$cluster" "$per" "$algo" "$min" "$max" "$iters" "$warm" "$f"; then

@@ -443,7 +443,7 @@ void Comm::notifyPeers() {
   if (shm_) shm_->notifyLocalPeers();
 }
 
-Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
+Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) {
   const PlanKey key = planKeyOf(args, choice);
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
     if (it->key == key) {
@@ -461,11 +461,11 @@ Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice) {
   entry.key = key;
   entry.schedule.clear();
   buildPlan(args, choice, &entry.schedule);
-  if (rank() == 0 && logEnabled(LogLevel::Info)) logPlan(args, choice);
+  if (rank() == 0 && logEnabled(LogLevel::Info)) logPlan(args, choice, callCount);
   return entry;
 }
 
-void Comm::logPlan(const CollArgs& args, const PlanChoice& choice) const {
+void Comm::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) const {
   std::string others;
   for (int i = 0; i < choice.ncandidates; ++i) {
     const Candidate& c = choice.candidates[i];
@@ -474,10 +474,15 @@ void Comm::logPlan(const CollArgs& args, const PlanChoice& choice) const {
              describeChoice(c.algo, c.options, 0).c_str(), c.seconds * 1e6);
     others += buf;
   }
-  COLL_INFO(rank(), "plan %s %llu x %s: %s predicted %.1f us [%s]", collKindName(args.kind),
-            static_cast<unsigned long long>(args.count), dataTypeName(args.dtype),
+  // A call run in rounds is logged under its own count (the one the user passed), with the round's.
+  char rounds[64] = "";
+  if (callCount > args.count) {
+    snprintf(rounds, sizeof(rounds), ", in rounds (this one %llu)", static_cast<unsigned long long>(args.count));
+  }
+  COLL_INFO(rank(), "plan %s %llu x %s: %s predicted %.1f us [%s]%s", collKindName(args.kind),
+            static_cast<unsigned long long>(std::max(callCount, args.count)), dataTypeName(args.dtype),
             describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), choice.predictedSeconds * 1e6,
-            others.c_str());
+            others.c_str(), rounds);
 }
 
 void Comm::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
@@ -634,7 +639,7 @@ Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
       round.count = std::min<uint64_t>(choice.roundElems, args.count - done);
       round.sendbuff = static_cast<const char*>(args.sendbuff) + done * es;
       round.recvbuff = static_cast<char*>(args.recvbuff) + done * es;
-      status = runPlan(planFor(round, choice), round);
+      status = runPlan(planFor(round, choice, args.count), round);
     }
   }
   if (!status.ok()) {

@@ -138,9 +138,10 @@ class Comm final : public Links {
   Status compressedAllReduce(const CollArgs& args);
   uint64_t wireBytes() const;
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
-  PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice);
+  // callCount: the whole call's count when `args` is one round of it (for the INFO log only).
+  PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount = 0);
   void buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const;
-  void logPlan(const CollArgs& args, const PlanChoice& choice) const;
+  void logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) const;
   // Planner inputs: topology, windows, COLL_ALGO, link parameters (knobs, else the probe).
   Status setupPlanner();
   // Measures the link classes the knobs leave open (COLL_LINK_PROBE) and agrees on them: every
