@@ -2,7 +2,8 @@
 # The planner's automatic All-Reduce choice against every algorithm forced with COLL_ALGO, per size
 # from 8 B to 64 MiB, on 2 emulated nodes x 4 ranks and 4 x 2 (bench/emucluster, RATE node links,
 # ranks in blocks) and on 8 ranks of one host. Auto and the forced algorithms alternate within each
-# of ROUNDS rounds (each round in another order); medians of the out-of-place and in-place times. Flags every size where auto > 1.10 x the best.
+# of ROUNDS rounds (each round in another order); medians of the out-of-place and in-place times.
+# Flags every size where auto > 1.10 x the best.
 # usage: bench/planner_vs_forced.sh   (root for the emulated setups; env: BUILD, ROUNDS=3,
 #        RATE=1gbit, SETUPS="2x4 4x2 1x8", ALGOS (default: all), BANDS (see below), TOLERANCE=1.10,
 #        PIN=1 (bind ranks to cores, see launch; 0: leave placement to the kernel),
