@@ -355,7 +355,13 @@ void Comm::fail(const Status& status) {
     collResult_t expected = collSuccess;
     if (asyncError_.compare_exchange_strong(expected, status.code())) failureMessage_ = status.message();
   }
-  if (laneParent_ != nullptr) laneParent_->fail(status);  // a lane's failure is the communicator's
+  if (laneParent_ != nullptr) {
+    // A lane's failure is the communicator's. The failed peers go first: a caller that sees the
+    // communicator failed must find them in collCommGetFailedRanks (the lane records a peer
+    // before it forwards it, and its failed call can return in between).
+    for (const FailedPeer& f : failures_.peers()) (void)laneParent_->recordFailure(f.rank, f.reason, f.reportedBy, false);
+    laneParent_->fail(status);
+  }
 }
 
 void Comm::abort() {

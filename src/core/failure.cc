@@ -72,6 +72,11 @@ std::vector<int> FailureRecord::ranks() const {
   return out;
 }
 
+std::vector<FailedPeer> FailureRecord::peers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
 bool FailureRecord::first(FailedPeer* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_.empty()) return false;

@@ -47,6 +47,8 @@ class FailureRecord {
   size_t count() const { return count_.load(std::memory_order_acquire); }
   bool isFailed(int rank) const;
   std::vector<int> ranks() const;
+  // Every failed peer, in the order recorded.
+  std::vector<FailedPeer> peers() const;
   // The first failure (false when none).
   bool first(FailedPeer* out) const;
   // The error that an interrupted operation returns: names the first failed rank and its host
