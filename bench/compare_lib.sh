@@ -34,6 +34,10 @@ strip_prefix() { sed -E 's/^\[[0-9]+\] //'; }
 # 10 time 11 algbw 12 busbw 13 #wrong (in-place).
 column() { strip_prefix <"$1" | awk -v s="$2" -v c="$3" '$1 == s && $1 !~ /^#/ { print $c; exit }'; }
 
+# algbw FILE SIZE: the out-of-place algbw in GB/s from the time column (4 digits; the printed
+# column has 2, which moves a ratio near 0.9 by up to 2%).
+algbw() { column "$1" "$2" 6 | awk -v s="$2" '$1 > 0 { printf "%.4f\n", s / $1 / 1000 }'; }
+
 # median of the numbers on stdin
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

@@ -9,10 +9,13 @@
 # On a 2-core machine the four busy-polling ucx_perftest processes of the both-ways reference
 # share two cores, as our two ranks do; iteration counts make each run last about a second so the
 # two reference pairs overlap.
-# usage: bench/compare_ucx.sh      (env: BUILD, ROUNDS=5, ITERS=20: iterations at 64 MiB, x16 at 4 MiB)
+# usage: bench/compare_ucx.sh      (env: BUILD, ROUNDS=5, ITERS=20: iterations at 64 MiB, x16 at 4 MiB,
+#        VARIANTS: other settings of ours run beside the default in every round, against the same
+#        references, "NAME:VAR=VALUE,VAR=VALUE NAME2:..." e.g. "eager:COLL_UCX_PROTOCOL=eager")
 set -euo pipefail
 source "$(dirname "$0")/compare_lib.sh"
 ITERS=${ITERS:-20}
+VARIANTS=${VARIANTS:-}
 SENDRECV=$BUILD/bench/sendrecv_perf
 need "$COLLRUN" "$PERF" "$SENDRECV" "$BUILD/bench/collinfo"
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not installed (Debian: ucx-utils)" >&2; exit 2; }
@@ -22,13 +25,14 @@ netns_pair cux 198.18.13
 
 export COLL_SOCKET_IFNAME=cux UCX_TLS=tcp COLL_UCX_TLS=tcp
 # ucx_perftest gets, as UCX_* variables, the settings our transport gives UCX by default
-# (COLL_UCX_CONFIG=TX_SEG_SIZE=64K;RX_SEG_SIZE=256K;SNDBUF=4M;RCVBUF=4M): both run UCX's tcp
+# (COLL_UCX_CONFIG=TX_SEG_SIZE=2M;RX_SEG_SIZE=2M;SNDBUF=4M;RCVBUF=4M): both run UCX's tcp
 # configured alike. The raw output directory records the settings (ucx-env.txt).
-PT_ENV=(UCX_TCP_TX_SEG_SIZE=64K UCX_TCP_RX_SEG_SIZE=256K UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
+PT_ENV=(UCX_TCP_TX_SEG_SIZE=2M UCX_TCP_RX_SEG_SIZE=2M UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
 iters() { echo $((ITERS * 67108864 / $1)); }  # iters SIZE: the same bytes per run at every size
+EXTRA_ENV=()  # a variant's settings (VARIANTS)
 ours() {  # ours NET PERF SIZE OUT
-  COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$2" -b "$3" -e "$3" -d float -o sum \
-    -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
+  env "${EXTRA_ENV[@]}" COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$2" -b "$3" -e "$3" \
+    -d float -o sum -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
 }
 perftest() {  # perftest SIZE OUT: one way (B -> A)
   ip netns exec "$NS_A" env "${PT_ENV[@]}" ucx_perftest -p 13410 -t tag_bw -s "$1" -n "$(iters "$1")" -w 5 >"$2.server" 2>&1 &
@@ -55,21 +59,32 @@ echo "compare_ucx: $ROUNDS rounds, ITERS=$ITERS, UCX_TLS=tcp between two namespa
 for ((round = 1; round <= ROUNDS; ++round)); do
   for size in 4194304 67108864; do
     ours ucx "$SENDRECV" "$size" "$out/sendrecv-ucx-$size-r$round.txt"
+    for v in $VARIANTS; do
+      IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
+      ours ucx "$SENDRECV" "$size" "$out/sendrecv-ucx@${v%%:*}-$size-r$round.txt"
+      EXTRA_ENV=()
+    done
     perftest_bidir "$size" "$out/perftest-bidir-$size-r$round.txt"
     perftest "$size" "$out/perftest-$size-r$round.txt"
   done
   ours ucx "$PERF" 67108864 "$out/allreduce-ucx-r$round.txt"
+  for v in $VARIANTS; do
+    IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
+    ours ucx "$PERF" 67108864 "$out/allreduce-ucx@${v%%:*}-r$round.txt"
+    EXTRA_ENV=()
+  done
   ours tcp "$PERF" 67108864 "$out/allreduce-tcp-r$round.txt"
   echo "  round $round done"
 done
 
-# perftest's Final line: bandwidth overall in MB/s (2^20 bytes) is field 7; ours busbw in GB/s.
+# perftest's Final line: bandwidth overall in MB/s (2^20 bytes) is field 7; ours in GB/s from the
+# time column (with 2 ranks busbw = algbw for both sendrecv and All-Reduce: 2(n-1)/n = 1).
 perf_gbps() { awk '/^Final:/ { printf "%.4f\n", $7 * 1048576 / 1e9 }' "$1"; }
 {
   echo "| measurement | ours (median GB/s) | reference (median GB/s) | ratio |"
   echo "|---|---|---|---|"
   for size in 4194304 67108864; do
-    o=$(for f in "$out"/sendrecv-ucx-$size-r*.txt; do column "$f" "$size" 8; done | median)
+    o=$(for f in "$out"/sendrecv-ucx-$size-r*.txt; do algbw "$f" "$size"; done | median)
     r=$(for f in "$out"/perftest-bidir-$size-r*.txt.ab; do
           a=$(perf_gbps "$f"); b=$(perf_gbps "${f%.ab}.ba")
           awk -v a="${a:-nan}" -v b="${b:-nan}" 'BEGIN { if (a == "nan" || b == "nan") print "nan"; else printf "%.4f\n", (a + b) / 2 }'
@@ -77,8 +92,16 @@ perf_gbps() { awk '/^Final:/ { printf "%.4f\n", $7 * 1048576 / 1e9 }' "$1"; }
     one=$(for f in "$out"/perftest-$size-r*.txt; do perf_gbps "$f"; done | median)
     echo "| sendrecv_perf COLL_NET=ucx (both ways) vs ucx_perftest tag_bw both ways at once, $((size >> 20)) MiB | $o | $r | $(ratio "$o" "$r") |"
     echo "| sendrecv_perf COLL_NET=ucx (both ways) vs ucx_perftest tag_bw one way, $((size >> 20)) MiB | $o | $one | $(ratio "$o" "$one") |"
+    for v in $VARIANTS; do
+      o=$(for f in "$out"/sendrecv-ucx@${v%%:*}-$size-r*.txt; do algbw "$f" "$size"; done | median)
+      echo "| sendrecv_perf COLL_NET=ucx ${v#*:} vs tag_bw both ways at once, $((size >> 20)) MiB | $o | $r | $(ratio "$o" "$r") |"
+    done
   done
-  o=$(for f in "$out"/allreduce-ucx-r*.txt; do column "$f" 67108864 8; done | median)
-  r=$(for f in "$out"/allreduce-tcp-r*.txt; do column "$f" 67108864 8; done | median)
+  o=$(for f in "$out"/allreduce-ucx-r*.txt; do algbw "$f" 67108864; done | median)
+  r=$(for f in "$out"/allreduce-tcp-r*.txt; do algbw "$f" 67108864; done | median)
   echo "| allreduce_perf busbw 64 MiB, COLL_NET=ucx vs COLL_NET=tcp | $o | $r | $(ratio "$o" "$r") |"
+  for v in $VARIANTS; do
+    o=$(for f in "$out"/allreduce-ucx@${v%%:*}-r*.txt; do algbw "$f" 67108864; done | median)
+    echo "| allreduce_perf busbw 64 MiB, COLL_NET=ucx ${v#*:} vs COLL_NET=tcp | $o | $r | $(ratio "$o" "$r") |"
+  done
 } | tee "$out/summary.md"
