@@ -1,6 +1,7 @@
 // UCX transport: ranks as threads (each its own bootstrap, UCP context and worker) over UCX's tcp
 // and shared-memory transports: exact bytes both ways, transfers many times the ring, thousands of
 // small messages in flight, several peers at once, and a peer process that exits (an error, no hang).
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -198,12 +199,20 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxTls, ::testing::Values("tcp", "sm", "posix,self
 class UcxPeerExit : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(UcxPeerExit, SurvivorGetsAnError) {
-  collUniqueId id = startRoot();
   const UcxOptions o = options(GetParam(), 256 << 10, 64 << 10);
+  // Forked before this process starts any thread (the rendezvous root's listener): a child of a
+  // multi-threaded process may inherit a lock some other thread held (an allocator's: the child
+  // of an ASan build once hung for good in its first malloc). The id follows through a pipe.
+  int idPipe[2];
+  ASSERT_EQ(pipe(idPipe), 0);
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     // Rank 1: connect, send 1 MiB, leave without any teardown.
+    close(idPipe[1]);
+    collUniqueId id{};
+    pollfd ready{idPipe[0], POLLIN, 0};
+    if (poll(&ready, 1, 20000) != 1 || read(idPipe[0], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) _exit(2);
     Rank r;
     if (!r.setup(id, 1, 2, o).ok()) _exit(3);
     Connection* c = r.conns[0].get();
@@ -224,13 +233,27 @@ TEST_P(UcxPeerExit, SurvivorGetsAnError) {
     }
     _exit(0);
   }
+  close(idPipe[0]);
+  bool reaped = false;
+  // On every way out, failed assertions included: a child left running would keep ctest waiting.
+  struct ChildReaper {
+    pid_t pid;
+    bool& reaped;
+    ~ChildReaper() {
+      if (reaped) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reaper{child, reaped};
+  collUniqueId id = startRoot();
+  ASSERT_EQ(write(idPipe[1], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
+  close(idPipe[1]);
   Rank me;
   Status st = me.setup(id, 0, 2, o);
   ASSERT_TRUE(st.ok()) << st.message();
   Connection* c = me.conns[1].get();
   // Expect far more than the child sends: the stream can only end in an error.
   uint64_t received = 0;
-  bool reaped = false;
   Status health;
   auto start = std::chrono::steady_clock::now();
   auto lastCheck = start;
@@ -257,6 +280,7 @@ TEST_P(UcxPeerExit, SurvivorGetsAnError) {
   if (!reaped) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
+    reaped = true;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(health.ok()) << "no error " << seconds << " s after the peer exited (received " << received << ")";
