@@ -44,6 +44,12 @@ class NetTransport {
   // caller polls again instead of sleeping. After poll() returns, the caller calls finishSleep().
   virtual bool prepareSleep(std::vector<pollfd>* fds) = 0;
   virtual void finishSleep() {}
+
+  // The communicator brackets every call's use of this transport (connections made, progressed,
+  // slept on) with these, on the thread that runs the call. Between calls a transport whose
+  // sends need its own progress after they completed (UCX) drives itself; inside, only the caller.
+  virtual void enterCall() {}
+  virtual void leaveCall() {}
 };
 
 // Availability on this process, probed before the bootstrap (each rank publishes its mask in the

@@ -567,9 +567,7 @@ Status Comm::runPlan(PlanEntry& plan, const CollArgs& args) {
     buffers.quant = &quant;
     buffers.residual = args.compress.residual;
   }
-  COLL_TRY(plan.execution.start(plan.schedule, buffers, *this, seq_));
-  publishOp(collKindName(args.kind), args.count, args.dtype);
-  return runExecution(plan.execution);
+  return runExecution(plan.execution, plan.schedule, buffers, collKindName(args.kind), args.count, args.dtype);
 }
 
 uint64_t Comm::wireBytes() const {
@@ -687,13 +685,9 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
   ExecBuffers buffers;
   buffers.extra = p2pBuffers_.data();
   buffers.nextra = p2pBuffers_.size();
-  Status status = p2pExecution_.start(p2pSchedule_, buffers, *this, seq_);
-  if (status.ok()) {
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < ncalls; ++i) bytes += calls[i].bytes;
-    publishOp("point-to-point", bytes, -1);
-    status = runExecution(p2pExecution_);
-  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < ncalls; ++i) bytes += calls[i].bytes;
+  Status status = runExecution(p2pExecution_, p2pSchedule_, buffers, "point-to-point", bytes, -1);
   if (!status.ok()) {
     Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + std::to_string(ncalls) +
                                           " point-to-point call(s) (call " + std::to_string(seq_) + ")");
@@ -927,11 +921,7 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   ExecBuffers buffers;
   buffers.extra = fusedBuffers_.data();
   buffers.nextra = fusedBuffers_.size();
-  Status status = fusedExecution_.start(fused_, buffers, *this, seq_);
-  if (status.ok()) {
-    publishOp("fused collectives", k, calls[0].dtype);
-    status = runExecution(fusedExecution_);
-  }
+  Status status = runExecution(fusedExecution_, fused_, buffers, "fused collectives", k, calls[0].dtype);
   return annotate(status, std::to_string(k) + " fused collectives");
 }
 

@@ -273,8 +273,11 @@ class Comm final : public Links {
   // collRemoteError naming the failed rank (or the revoker), or the earlier failure.
   Status checkUsable();
   void publishOp(const char* what, uint64_t count, int dtype);
-  // runToCompletion with the snapshot, then diagnose(): every executor run of this communicator.
-  Status runExecution(Execution& execution);
+  // Every executor run of this communicator: starts `execution` on the schedule (connecting to
+  // its peers), publishes the op, runs it to completion with the snapshot, then diagnose(); the
+  // inter-host transport knows the call is on (NetTransport::enterCall) throughout.
+  Status runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers, const char* what,
+                      uint64_t count, int dtype);
   Status diagnose(const Status& st, const Execution& execution);
   Status consequence(const Status& st);
   // Waits briefly for a notice from another rank; true when one arrived (or the comm was revoked).

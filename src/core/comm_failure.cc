@@ -18,6 +18,7 @@
 #include "core/lanes.h"
 #include "core/log.h"
 #include "core/planner.h"
+#include "transports/net.h"
 
 namespace coll {
 
@@ -252,7 +253,19 @@ void Comm::publishOp(const char* what, uint64_t count, int dtype) {
   snapshot_.running.store(true, std::memory_order_release);
 }
 
-Status Comm::runExecution(Execution& execution) {
+Status Comm::runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers,
+                          const char* what, uint64_t count, int dtype) {
+  struct NetCall {
+    NetTransport* net;
+    explicit NetCall(NetTransport* n) : net(n) {
+      if (net != nullptr) net->enterCall();
+    }
+    ~NetCall() {
+      if (net != nullptr) net->leaveCall();
+    }
+  } netCall(net_.get());
+  COLL_TRY(execution.start(schedule, buffers, *this, seq_));
+  publishOp(what, count, dtype);
   Status st = runToCompletion(execution, *this, callDeadline(), waitPolicy_, &snapshot_);
   // The snapshot keeps saying "in this call, waiting for P" while the error is analysed: peers
   // following their own wait-for chains must not take this rank for the culprit meanwhile.

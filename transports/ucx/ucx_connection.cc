@@ -65,6 +65,7 @@ Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
 }
 
 UcxConnection::~UcxConnection() {
+  net_.stopIdleProgress();  // teardown progresses the worker on this thread
   net_.forget(peer_);
   closeEndpoint();
   if (outstanding_ > 0) {

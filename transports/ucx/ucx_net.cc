@@ -1,13 +1,19 @@
 // The ucx NetTransport: UCP context and worker per communicator, worker addresses exchanged over
 // the bootstrap, endpoints with peer error handling, the worker's event fd for sleeping; and the
 // availability probe (does ucp_init work, does UCX drive an RDMA device).
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <system_error>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -192,11 +198,12 @@ Status UcxNet::create(Bootstrap& bootstrap, const UcxOptions& options, std::uniq
       net->peerFailureCapable_ = true;
     }
   }
-  // One worker per communicator: its executor runs on one thread at a time, and communicators
-  // never share one, so UCX needs no locks.
+  // One worker per communicator, never shared: used by one thread at a time (the one running the
+  // communicator's call, or between calls the net's idle progress, handed over under idleMu_), so
+  // UCX needs no locks of its own.
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   wp.events = UCP_WAKEUP_TX | UCP_WAKEUP_RX;
   ucs_status_t st = ucp_worker_create(net->context_, &wp, &net->worker_);
   if (st != UCS_OK) return makeError(collSystemError, "UCX cannot create a worker: %s", ucs_status_string(st));
@@ -250,7 +257,71 @@ void UcxNet::retire(ucp_ep_h ep, bool flush) {
   retired_.push_back(Retired{ep, req});
 }
 
+void UcxNet::enterCall() {
+  std::lock_guard<std::mutex> lock(idleMu_);
+  inCall_ = true;
+  ++calls_;
+}
+
+void UcxNet::leaveCall() {
+  std::lock_guard<std::mutex> lock(idleMu_);
+  inCall_ = false;
+  if (idleThread_.joinable() || idleStop_) return;
+  // Started after the first call, on the thread that runs calls: a net that only the NCCL net
+  // plugin drives (no calls) never has one.
+  idleWakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (idleWakeFd_ >= 0) {
+    try {
+      idleThread_ = std::thread([this] { idleProgress(); });
+      return;
+    } catch (const std::system_error&) {
+      close(idleWakeFd_);
+      idleWakeFd_ = -1;
+    }
+  }
+  idleStop_ = true;
+  COLL_WARN(rank_, "UCX: no thread for idle progress (%s); a peer may wait for this rank's next call to receive "
+            "the end of its last one", strerror(errno));
+}
+
+void UcxNet::idleProgress() {
+  constexpr int kIdleMs = 2;     // how long the owner stays out of calls before this thread steps in
+  constexpr int kWatchMs = 100;  // the longest sleep with the worker's event fd armed
+  uint64_t seen = ~uint64_t{0};
+  bool watchEvents = false;
+  for (;;) {
+    pollfd fds[2] = {{idleWakeFd_, POLLIN, 0}, {eventFd_, POLLIN, 0}};
+    (void)::poll(fds, watchEvents ? 2 : 1, watchEvents ? kWatchMs : kIdleMs);
+    std::lock_guard<std::mutex> lock(idleMu_);
+    if (idleStop_) return;
+    if (inCall_ || calls_ != seen) {
+      // The owner is in a call or has been since the last look: the worker is its business (and
+      // its event fd is not watched meanwhile, or this thread would wake on every event).
+      seen = calls_;
+      watchEvents = false;
+      continue;
+    }
+    for (int i = 0; i < 1024 && ucp_worker_progress(worker_) != 0; ++i) {
+    }
+    watchEvents = eventFd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK;
+  }
+}
+
+void UcxNet::stopIdleProgress() {
+  {
+    std::lock_guard<std::mutex> lock(idleMu_);
+    idleStop_ = true;
+  }
+  if (idleWakeFd_ < 0) return;
+  const uint64_t one = 1;
+  (void)!write(idleWakeFd_, &one, sizeof(one));
+  if (idleThread_.joinable()) idleThread_.join();
+  close(idleWakeFd_);
+  idleWakeFd_ = -1;
+}
+
 UcxNet::~UcxNet() {
+  stopIdleProgress();
   // Every retired endpoint's flush gets one shared, bounded wait (a peer that already left
   // never answers), then all are closed by force.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);

@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/bootstrap.h"
@@ -58,6 +60,10 @@ class UcxNet final : public NetTransport {
   std::string describe() const override;
   Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override;
   bool prepareSleep(std::vector<pollfd>* fds) override;
+  void enterCall() override;
+  void leaveCall() override;
+  // Ends the idle progress (see idleProgress): before the owner tears anything down.
+  void stopIdleProgress();
 
   // Drives the worker at most once per round over the connections (see UcxConnection::progress).
   void progressWorker(uint64_t* seenRound);
@@ -85,6 +91,8 @@ class UcxNet final : public NetTransport {
   Status createEndpoint(UcxConnection* conn, int peer, const std::string& peerName, const uint8_t* address,
                         ucp_ep_h* out);
 
+  void idleProgress();
+
   Bootstrap& bootstrap_;
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
@@ -109,6 +117,19 @@ class UcxNet final : public NetTransport {
   std::vector<Retired> retired_;
   bool stuckRequests_ = false;  // then the worker and context are left alive (see ~UcxNet)
   int rank_ = -1;
+
+  // Idle progress: UCX moves a message only inside its worker's progress, and a send completes
+  // once UCX has copied it, perhaps to its own buffer with part of it not yet in the socket. A
+  // rank whose call ended and that then waits elsewhere (another lane, its own computation) would
+  // leave its peer waiting for the rest. So between calls a thread of the net's own progresses
+  // the worker, once the owner has stayed out of calls for a while (back-to-back calls never
+  // wake it). idleMu_ hands the worker over: the owner holds inCall_ for a whole call.
+  std::mutex idleMu_;
+  bool inCall_ = false;
+  bool idleStop_ = false;
+  uint64_t calls_ = 0;  // calls entered, so the thread sees an owner that came and went
+  int idleWakeFd_ = -1;  // eventfd: stops the thread's poll
+  std::thread idleThread_;
 };
 
 // A connection to one peer. Data is sent as active messages from the send ring at the same ring
