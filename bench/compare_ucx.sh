@@ -25,9 +25,9 @@ netns_pair cux 198.18.13
 
 export COLL_SOCKET_IFNAME=cux UCX_TLS=tcp COLL_UCX_TLS=tcp
 # ucx_perftest gets, as UCX_* variables, the settings our transport gives UCX by default
-# (COLL_UCX_CONFIG=TX_SEG_SIZE=64K;RX_SEG_SIZE=256K;SNDBUF=4M;RCVBUF=4M): both run UCX's tcp
+# (COLL_UCX_CONFIG=TX_SEG_SIZE=2M;RX_SEG_SIZE=2M;SNDBUF=4M;RCVBUF=4M): both run UCX's tcp
 # configured alike. The raw output directory records the settings (ucx-env.txt).
-PT_ENV=(UCX_TCP_TX_SEG_SIZE=64K UCX_TCP_RX_SEG_SIZE=256K UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
+PT_ENV=(UCX_TCP_TX_SEG_SIZE=2M UCX_TCP_RX_SEG_SIZE=2M UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
 iters() { echo $((ITERS * 67108864 / $1)); }  # iters SIZE: the same bytes per run at every size
 EXTRA_ENV=()  # a variant's settings (VARIANTS)
 ours() {  # ours NET PERF SIZE OUT

@@ -12,10 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "stream_pump.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -336,9 +339,19 @@ TEST(Ucx, OptionsFromConfig) {
   unsetenv("COLL_UCX_MESSAGE_BYTES");
   o = ucxOptionsFromConfig();
   EXPECT_EQ(o.ringBytes, 4u << 20);
-  EXPECT_EQ(o.messageBytes, 512u << 10);
+  EXPECT_EQ(o.messageBytes, 1u << 20);
   EXPECT_EQ(o.protocol, "auto");
   EXPECT_NE(o.config.find("SNDBUF"), std::string::npos);
+  // A default message fits one tcp segment each way (larger ones are reassembled by UCX in a
+  // buffer it allocates per message, which halved the bandwidth).
+  for (const char* name : {"TX_SEG_SIZE=", "RX_SEG_SIZE="}) {
+    const size_t at = o.config.find(name);
+    ASSERT_NE(at, std::string::npos) << o.config;
+    const size_t from = at + strlen(name);
+    const std::optional<uint64_t> seg = parseBytes(o.config.substr(from, o.config.find(';', from) - from));
+    ASSERT_TRUE(seg.has_value()) << o.config;
+    EXPECT_GT(*seg, o.messageBytes) << name << " in " << o.config;
+  }
 }
 
 }  // namespace
