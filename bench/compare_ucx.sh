@@ -34,6 +34,14 @@ ours() {  # ours NET PERF SIZE OUT
   env "${EXTRA_ENV[@]}" COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$2" -b "$3" -e "$3" \
     -d float -o sum -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
 }
+variants() {  # variants PERF SIZE PREFIX SUFFIX: ours over ucx once per VARIANTS entry, output PREFIX@NAME SUFFIX
+  local v
+  for v in $VARIANTS; do
+    IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
+    ours ucx "$1" "$2" "$out/$3@${v%%:*}$4"
+    EXTRA_ENV=()
+  done
+}
 perftest() {  # perftest SIZE OUT: one way (B -> A)
   ip netns exec "$NS_A" env "${PT_ENV[@]}" ucx_perftest -p 13410 -t tag_bw -s "$1" -n "$(iters "$1")" -w 5 >"$2.server" 2>&1 &
   local server=$!
@@ -59,20 +67,12 @@ echo "compare_ucx: $ROUNDS rounds, ITERS=$ITERS, UCX_TLS=tcp between two namespa
 for ((round = 1; round <= ROUNDS; ++round)); do
   for size in 4194304 67108864; do
     ours ucx "$SENDRECV" "$size" "$out/sendrecv-ucx-$size-r$round.txt"
-    for v in $VARIANTS; do
-      IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
-      ours ucx "$SENDRECV" "$size" "$out/sendrecv-ucx@${v%%:*}-$size-r$round.txt"
-      EXTRA_ENV=()
-    done
+    variants "$SENDRECV" "$size" sendrecv-ucx "-$size-r$round.txt"
     perftest_bidir "$size" "$out/perftest-bidir-$size-r$round.txt"
     perftest "$size" "$out/perftest-$size-r$round.txt"
   done
   ours ucx "$PERF" 67108864 "$out/allreduce-ucx-r$round.txt"
-  for v in $VARIANTS; do
-    IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
-    ours ucx "$PERF" 67108864 "$out/allreduce-ucx@${v%%:*}-r$round.txt"
-    EXTRA_ENV=()
-  done
+  variants "$PERF" 67108864 allreduce-ucx "-r$round.txt"
   ours tcp "$PERF" 67108864 "$out/allreduce-tcp-r$round.txt"
   echo "  round $round done"
 done

@@ -236,17 +236,18 @@ TEST_P(UcxPeerExit, SurvivorGetsAnError) {
     _exit(0);
   }
   close(idPipe[0]);
-  bool reaped = false;
   // On every way out, failed assertions included: a child left running would keep ctest waiting.
   struct ChildReaper {
     pid_t pid;
-    bool& reaped;
-    ~ChildReaper() {
+    bool reaped = false;
+    void reap() {
       if (reaped) return;
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
+      reaped = true;
     }
-  } reaper{child, reaped};
+    ~ChildReaper() { reap(); }
+  } reaper{child};
   collUniqueId id = startRoot();
   ASSERT_EQ(write(idPipe[1], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
   close(idPipe[1]);
@@ -271,7 +272,7 @@ TEST_P(UcxPeerExit, SurvivorGetsAnError) {
       c->recvConsume(data.size());
       received += data.size();
     }
-    if (!reaped) reaped = waitpid(child, nullptr, WNOHANG) == child;  // a zombie's pid still exists
+    if (!reaper.reaped) reaper.reaped = waitpid(child, nullptr, WNOHANG) == child;  // a zombie's pid still exists
     if (std::chrono::steady_clock::now() - lastCheck > std::chrono::milliseconds(100)) {
       lastCheck = std::chrono::steady_clock::now();
       health = c->checkHealth();
@@ -279,11 +280,7 @@ TEST_P(UcxPeerExit, SurvivorGetsAnError) {
     }
     if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (!reaped) {
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-    reaped = true;
-  }
+  reaper.reap();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(health.ok()) << "no error " << seconds << " s after the peer exited (received " << received << ")";
   EXPECT_EQ(health.code(), collRemoteError);
