@@ -269,19 +269,23 @@ void UcxNet::leaveCall() {
   if (idleThread_.joinable() || idleStop_) return;
   // Started after the first call, on the thread that runs calls: a net that only the NCCL net
   // plugin drives (no calls) never has one.
+  std::string why;
   idleWakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (idleWakeFd_ >= 0) {
+  if (idleWakeFd_ < 0) {
+    why = std::string("eventfd: ") + strerror(errno);
+  } else {
     try {
       idleThread_ = std::thread([this] { idleProgress(); });
       return;
-    } catch (const std::system_error&) {
+    } catch (const std::system_error& e) {
+      why = e.what();
       close(idleWakeFd_);
       idleWakeFd_ = -1;
     }
   }
   idleStop_ = true;
   COLL_WARN(rank_, "UCX: no thread for idle progress (%s); a peer may wait for this rank's next call to receive "
-            "the end of its last one", strerror(errno));
+            "the end of its last one", why.c_str());
 }
 
 void UcxNet::idleProgress() {
