@@ -126,16 +126,16 @@ class Execution {
 // links' wait. Fails with collTimeout at the deadline (message lists the pending steps) and
 // with the transport's error when a peer fails.
 // How long an idle rank polls before yielding the CPU, and yields before sleeping. With more
-// ranks than cores on a host, spinning steals the core a peer needs, so the communicator spins
-// little there (waitPolicyFor).
+// ranks than cores on the machine, spinning steals the core a peer needs, so the communicator
+// yields at once there (waitPolicyFor).
 struct WaitPolicy {
   uint64_t spins = 2000;
   uint64_t yields = 200;
   int64_t timeoutMs = 0;  // the deadline's length, for the timeout message (0 = COLL_TIMEOUT)
 };
-// COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin long only when every rank of the
+// COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin only when every rank of the
 // machine (Topology::machineSize: every host on it, network namespaces included) can have its
-// own core.
+// own core, and go straight to yielding when it cannot.
 WaitPolicy waitPolicyFor(int machineRanks);
 
 // What an execution is doing, for other threads (collCommDump, SIGUSR1, peers' wait-for queries):
