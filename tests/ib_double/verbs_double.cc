@@ -1453,7 +1453,12 @@ ibv_device** dGetDeviceList(int* num) {
   }
   const int n = std::clamp(r.options.devices, 0, kMaxDevices);
   for (int i = 0; i < n; ++i) {
-    fillDevice(&r.devices[i], i);
+    // Written only when it changes (the first call): as with libibverbs, a device stays as it is
+    // for the process, and another thread may be reading its name without the lock (a refill's
+    // memset once let a rank read an empty name).
+    ibv_device fresh;
+    fillDevice(&fresh, i);
+    if (std::memcmp(&fresh, &r.devices[i], sizeof fresh) != 0) r.devices[i] = fresh;
     r.list[i] = &r.devices[i];
   }
   r.list[n] = nullptr;
