@@ -14,11 +14,7 @@ RATE=${RATE:-1gbit}
 NODES=${NODES:-4}
 SIZE=${SIZE:-64M}
 ITERS=${ITERS:-4}
-# 2 warm-up calls: calls alternate between the communicator's two stream lanes (COLL_STREAM_LANES)
-# and a lane's first call makes it (its connections, windows and buffers). With 1, the second lane's
-# first call fell in the timed loop: 64 MiB compressed on 4 x 1 timed 310 ms per call instead of
-# 160 ms (2026-12-02; one lane, or 2 warm-up calls, 150-170 ms).
-WARMUP=${WARMUP:-2}
+WARMUP=${WARMUP:-$LANES_WARMUP}  # see compare_lib.sh
 SPEC=${SPEC:-int4:64}
 EMU=$ROOT/bench/emucluster
 need "$COLLRUN" "$PERF"

@@ -122,9 +122,6 @@ class Execution {
   int32_t failedPeer_ = -1;
 };
 
-// Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the
-// links' wait. Fails with collTimeout at the deadline (message lists the pending steps) and
-// with the transport's error when a peer fails.
 // How long an idle rank polls before yielding the CPU, and yields before sleeping. With more
 // ranks than cores on the machine, spinning steals the core a peer needs, so the communicator
 // yields at once there (waitPolicyFor).
@@ -153,6 +150,9 @@ struct ExecSnapshot {
   std::string pending;                     // describePending() as of the last idle refresh
 };
 
+// Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the
+// links' wait. Fails with collTimeout at the deadline (message lists the pending steps) and
+// with the transport's error when a peer fails.
 Status runToCompletion(Execution& execution, Links& links, Deadline deadline,
                        const WaitPolicy& policy = WaitPolicy{}, ExecSnapshot* snapshot = nullptr);
 
