@@ -20,6 +20,23 @@
 
 namespace coll {
 
+namespace {
+
+// Swaps a communicator's wait policy for one scope (the link probe's).
+class ScopedWaitPolicy {
+ public:
+  ScopedWaitPolicy(WaitPolicy* slot, const WaitPolicy& policy) : slot_(slot), saved_(*slot) { *slot_ = policy; }
+  ~ScopedWaitPolicy() { *slot_ = saved_; }
+  ScopedWaitPolicy(const ScopedWaitPolicy&) = delete;
+  ScopedWaitPolicy& operator=(const ScopedWaitPolicy&) = delete;
+
+ private:
+  WaitPolicy* slot_;
+  WaitPolicy saved_;
+};
+
+}  // namespace
+
 Comm::~Comm() {
   stopLanes();  // the lanes' queued work first: it may wait (stream order) for lane 0's
   stopProgressThread();
@@ -257,10 +274,17 @@ Status Comm::setupPlanner() {
   return okStatus();
 }
 
-Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta) {
+Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, uint64_t spins, double* alpha, double* beta) {
   // The smallest of many round trips: with more ranks than cores, peers' activity only ever adds
   // to a sample, and the model wants the link's own latency.
   constexpr int kWarm = 2, kSmall = 24, kBig = 2;
+  // The pair polls about one hop's time before it yields, oversubscribed or not: yielding at once
+  // (the oversubscribed policy) measured the scheduler, an intra-host alpha anywhere from 0.3 to
+  // 100 us from launch to launch (8 ranks, 2 cores). Longer spins cost more than they save when
+  // the two share a core: 2000 polls on shared memory measured 62 us per hop.
+  WaitPolicy pair = waitPolicy_;
+  if (!knobRaw("COLL_SPIN_COUNT")) pair.spins = spins;
+  ScopedWaitPolicy scoped(&waitPolicy_, pair);
   std::vector<std::byte> big(peer >= 0 ? bigBytes : 0), small(8);
   // Ranks outside the pair run empty batches in step, so every rank's call count (which names
   // window halves and published progress) stays the same.
@@ -292,6 +316,9 @@ Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha
 }
 
 Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
+  // Polls before a measuring rank yields: about one round trip on shared memory; a socket's poll
+  // is a recv() per socket, so fewer (200 measured 500 us per hop when the pair shared a core).
+  constexpr uint64_t kShmProbeSpins = 200, kNetProbeSpins = 20;
   const auto start = Clock::now();
   LinkProbe mine;
   // Intra: the first two ranks of the first host holding more than one. Inter: rank 0 and the
@@ -311,11 +338,12 @@ Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
   }
   if (intra && intraB >= 0) {
     const int peer = rank() == intraA ? intraB : rank() == intraB ? intraA : -1;
-    COLL_TRY(pingPong(peer, rank() == intraA, 1 << 20, &mine.intraAlpha, &mine.intraBeta));
+    const uint64_t spins = shm_ != nullptr ? kShmProbeSpins : kNetProbeSpins;
+    COLL_TRY(pingPong(peer, rank() == intraA, 1 << 20, spins, &mine.intraAlpha, &mine.intraBeta));
   }
   if (inter && interB >= 0) {
     const int peer = rank() == 0 ? interB : rank() == interB ? 0 : -1;
-    COLL_TRY(pingPong(peer, rank() == 0, 2 << 20, &mine.interAlpha, &mine.interBeta));
+    COLL_TRY(pingPong(peer, rank() == 0, 2 << 20, kNetProbeSpins, &mine.interAlpha, &mine.interBeta));
   }
   if (gamma && rank() == 0) {
     constexpr size_t kFloats = 256 * 1024;
@@ -336,7 +364,15 @@ Status Comm::probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out) {
   gather.count = sizeof(LinkProbe), gather.dtype = collUint8;
   PlanChoice choice;
   COLL_TRY(planCollective(plannerInputs_, gather, &choice));
-  COLL_TRY(runChecked(gather, choice));
+  {
+    // Ranks outside the pairs wait here while the pairs measure. Sleeping on the links, every call
+    // a pair completes would wake them, and the pair would wait for the woken ranks to leave the
+    // CPUs; napping, they stay out of the way.
+    WaitPolicy napping = waitPolicy_;
+    napping.spins = 0, napping.yields = 0, napping.napUs = 1000;
+    ScopedWaitPolicy scoped(&waitPolicy_, napping);
+    COLL_TRY(runChecked(gather, choice));
+  }
   // Remote bytes: a value that is not a plausible time is ignored (the default stays).
   auto sane = [](double v) { return std::isfinite(v) && v > 0 && v < 1 ? v : 0.0; };
   *out = LinkProbe{};

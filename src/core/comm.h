@@ -152,7 +152,8 @@ class Comm final : public Links {
   Status probeLinks(bool intra, bool inter, bool gamma, LinkProbe* out);
   // Which ranks share this machine's CPUs, from the rank table (topology.h setMachines).
   void setTopologyMachines();
-  Status pingPong(int peer, bool initiator, uint64_t bigBytes, double* alpha, double* beta);
+  // `spins`: polls before the pair yields the CPU, about one round trip of the link measured.
+  Status pingPong(int peer, bool initiator, uint64_t bigBytes, uint64_t spins, double* alpha, double* beta);
   Status runChecked(const CollArgs& args, const PlanChoice& choice);
   void fail(const Status& status);
   Status execute(const Work& work);

@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -794,7 +795,10 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
       }
       checkClock = true;
       if (links.aborting()) return interrupted(execution, links);
-      if (!deadline.expired()) {
+      if (policy.napUs > 0) {
+        const int64_t leftUs = std::max<int64_t>(0, deadline.remainingMs()) * 1000;
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min(policy.napUs, std::max<int64_t>(leftUs, 1))));
+      } else if (!deadline.expired()) {
         uint64_t token = links.prepareWait();
         COLL_TRY(execution.poll(&done, &progressed));
         if (done) return okStatus();

@@ -128,6 +128,11 @@ class Execution {
 struct WaitPolicy {
   uint64_t spins = 2000;
   uint64_t yields = 200;
+  // > 0: once done yielding, sleep this long between polls instead of waiting on the links. A
+  // napping rank is not a sleeper that a peer's progress wakes, so it costs the ranks that work
+  // nothing (the link probe's bystanders: waking them at every call of the measuring pair made
+  // the measured latency that of the wake-ups).
+  int64_t napUs = 0;
   int64_t timeoutMs = 0;  // the deadline's length, for the timeout message (0 = COLL_TIMEOUT)
 };
 // COLL_SPIN_COUNT / COLL_YIELD_COUNT when set; otherwise spin only when every rank of the

@@ -2,6 +2,7 @@
 // slicing, per-slice dependency streaming, zero counts, deadlock and timeout reports, bad schedules.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -230,6 +231,56 @@ TEST(Executor, TimeoutNamesCallAndSteps) {
   EXPECT_NE(st.message().find("Recv peer 1"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("rank 1 to finish call 6"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("COLL_TIMEOUT"), std::string::npos) << st.message();
+}
+
+// Counts the sleep protocol's calls of the Links it wraps.
+class CountingLinks final : public Links {
+ public:
+  explicit CountingLinks(Links& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  Status connection(int peer, Connection** out) override { return inner_.connection(peer, out); }
+  HostWindows* windows() override { return inner_.windows(); }
+  uint64_t prepareWait() override {
+    ++prepares;
+    return inner_.prepareWait();
+  }
+  void wait(uint64_t token, int maxMs) override {
+    ++waits;
+    inner_.wait(token, maxMs);
+  }
+  void notifyPeers() override { inner_.notifyPeers(); }
+  int prepares = 0, waits = 0;
+
+ private:
+  Links& inner_;
+};
+
+TEST(Executor, NappingWaitNeverSleepsOnTheLinks) {
+  std::vector<float> x(4);
+  Schedule s;
+  s.addStep(recvStep(1, recvAt(0), 4));  // rank 1 never sends
+  s.finalizePeers();
+  for (int64_t nap : {int64_t{0}, int64_t{1000}}) {
+    InProcessWorld world(2, 2);
+    Execution& e = world.execution(0);
+    CountingLinks links(world.links(0));
+    ASSERT_TRUE(e.start(s, ExecBuffers{x.data(), x.data()}, links, 1).ok());
+    WaitPolicy policy;
+    policy.spins = 0, policy.yields = 0, policy.napUs = nap;
+    const auto t0 = Clock::now();
+    Status st = runToCompletion(e, links, Deadline::afterMs(40), policy);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    // Napping or sleeping, the deadline holds; only the sleeper registers on the links.
+    EXPECT_EQ(st.code(), collTimeout) << st.message();
+    EXPECT_GE(ms, 39.0);
+    EXPECT_LT(ms, 2000.0);
+    if (nap > 0) {
+      EXPECT_EQ(links.prepares, 0);
+      EXPECT_EQ(links.waits, 0);
+    } else {
+      EXPECT_GT(links.waits, 0);
+    }
+  }
 }
 
 TEST(Executor, RunToCompletionSingleRank) {
