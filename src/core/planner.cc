@@ -378,19 +378,27 @@ double implementationFactor(AlgoId algo) {
   }
 }
 
+// The ranks of one ring that hold a non-empty chunk of `count` elements: a ring's empty chunks
+// send nothing, so with fewer elements than members only that many work in a step.
+int64_t nonEmptyChunks(uint64_t count, int64_t members) {
+  return count > 0 && static_cast<int64_t>(count) < members ? static_cast<int64_t>(count) : members;
+}
+
 // Ranks of a machine with fewer CPUs than ranks take turns on them: when `active` of its ranks
 // work at once, each runs at cpus/active of its speed, and so does the call (measured on 2 CPUs,
 // 8 ranks, 8 B: recursive doubling, whose every rank exchanges in every round, ran 4-6x its
 // model on emulated 4x2 and 2x4 clusters, a ring carrying 2 elements, 2 ranks busy at a time,
-// 1.1-1.7x). Every All-Reduce keeps every rank busy, except a ring with fewer elements than ranks:
-// its empty chunks send nothing, and only the ranks holding a non-empty one work in a step.
+// 1.1-1.7x). Every All-Reduce keeps every rank busy, except the rings with fewer elements than
+// members: the flat ring, and hierarchical's rings inside each host, whose empty shards also
+// skip the phase across hosts.
 double cpuContention(const PlannerInputs& in, AlgoId algo, uint64_t count) {
   const PlannerShape& sh = in.shape;
   if (sh.machineCpus <= 0 || sh.machineRanks <= sh.machineCpus) return 1.0;
-  const int64_t p = in.topo->nranks;
+  const int64_t members = algo == AlgoId::Ring ? in.topo->nranks : algo == AlgoId::Hierarchical ? sh.maxLocal : 0;
   double active = sh.machineRanks;
-  if (algo == AlgoId::Ring && count > 0 && static_cast<int64_t>(count) < p) {
-    active = std::ceil(static_cast<double>(count) * sh.machineRanks / static_cast<double>(p));
+  if (members > 0) {
+    active = std::ceil(static_cast<double>(nonEmptyChunks(count, members)) * sh.machineRanks /
+                       static_cast<double>(members));
   }
   return std::max(1.0, active / sh.machineCpus);
 }
@@ -401,8 +409,11 @@ double directOnce(const PlannerInputs& in, double n) {
   return 2.0 * in.intraHost.alpha + 3.0 * n * in.gamma;
 }
 
-// onlyInter: hierarchical's inter-host algorithm when fixed (Hierarchical = the best one).
-Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, AlgoId onlyInter = AlgoId::Hierarchical) {
+// count: the elements, which a small call spreads over fewer ranks than it has (0: every rank
+// holds some). onlyInter: hierarchical's inter-host algorithm when fixed (Hierarchical = the best
+// one).
+Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count,
+                           AlgoId onlyInter = AlgoId::Hierarchical) {
   const PlannerShape& sh = in.shape;
   const Topology& t = *in.topo;
   const int64_t p = t.nranks;
@@ -490,8 +501,10 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, AlgoI
         if (x == AlgoId::Torus && !sh.hostTorusOk) continue;
         if (onlyInter != AlgoId::Hierarchical && x != onlyInter) continue;
         uint64_t slice = 0;
-        // Every local rank runs its shard's inter-host phase at once: ranksPerNic of them per NIC.
-        const double tx = interHostAllReduce(in, x, m, sh.ranksPerNic, &slice);
+        // Every local rank with a non-empty shard runs its inter-host phase at once: up to
+        // ranksPerNic of them per NIC.
+        const int flows = static_cast<int>(std::min<int64_t>(sh.ranksPerNic, nonEmptyChunks(count, L)));
+        const double tx = interHostAllReduce(in, x, m, flows, &slice);
         if (best < 0 || tx < best) {
           best = tx;
           c.options.interHost = x;
@@ -661,7 +674,7 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
   const double n = static_cast<double>(bytesIn);
   const double g = in.gamma;
   if (kind == CollKind::AllReduce) {
-    Candidate c = predictAllReduce(in, algo, n);
+    Candidate c = predictAllReduce(in, algo, n, count);
     if (c.seconds > 0) c.seconds *= cpuContention(in, algo, count);
     return c;
   }
@@ -742,15 +755,15 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
 }
 
 double predictRing(const PlannerInputs& in, uint64_t bytes) {
-  return predictAllReduce(in, AlgoId::Ring, static_cast<double>(bytes)).seconds;
+  return predictAllReduce(in, AlgoId::Ring, static_cast<double>(bytes), 0).seconds;
 }
 
 double predictDirect(const PlannerInputs& in, uint64_t bytes) {
-  return predictAllReduce(in, AlgoId::Direct, static_cast<double>(bytes)).seconds;
+  return predictAllReduce(in, AlgoId::Direct, static_cast<double>(bytes), 0).seconds;
 }
 
 Candidate predictHierarchicalAllReduce(const PlannerInputs& in, AlgoId interHost, uint64_t bytes) {
-  return predictAllReduce(in, AlgoId::Hierarchical, static_cast<double>(bytes), interHost);
+  return predictAllReduce(in, AlgoId::Hierarchical, static_cast<double>(bytes), 0, interHost);
 }
 
 void finalizePlannerInputs(PlannerInputs* in) {

@@ -151,6 +151,19 @@ TEST(PlannerContention, BusyRanksShareTheCpusAndATinyRingKeepsFewBusy) {
               4.0, 1e-9);
 }
 
+TEST(PlannerContention, HierarchicalCountsOnlyTheRanksHoldingAShard) {
+  // 2 hosts x 4 ranks, 2 elements: each host's reduce-scatter leaves 2 of its 4 shards empty, so
+  // 2 ranks per host cross the hosts (not 4) and 4 of the machine's 8 ranks work (half speed on
+  // 2 CPUs, not a quarter).
+  Inputs free(Topology::uniform(0, 8, 4));
+  Inputs busy(emulated(2, 4, 2));
+  EXPECT_NEAR(predict(busy.in, AlgoId::Hierarchical, 2) / predict(free.in, AlgoId::Hierarchical, 2), 2.0, 1e-9);
+  EXPECT_NEAR(predict(busy.in, AlgoId::Hierarchical, 4) / predict(free.in, AlgoId::Hierarchical, 4), 4.0, 1e-9);
+  // Two more messages through each NIC at least once with four shards than with two.
+  EXPECT_GE(predict(free.in, AlgoId::Hierarchical, 4) - predict(free.in, AlgoId::Hierarchical, 2),
+            2 * free.in.interHost.alpha);
+}
+
 TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeTheRing) {
   // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s (bench/planner_vs_forced.sh): at 8 B the
   // ring (2 busy ranks) ran 250 us, recursive doubling 370, the tree 475.

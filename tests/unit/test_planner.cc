@@ -78,13 +78,13 @@ const CollKind kKinds[] = {CollKind::AllReduce, CollKind::Broadcast, CollKind::R
 
 // The model's best over every applicable, allowed candidate, computed here independently of
 // planCollective's loop.
-double bestModelled(const PlannerInputs& in, CollKind kind, uint64_t bytes, AlgoId* bestAlgo) {
+double bestModelled(const PlannerInputs& in, CollKind kind, uint64_t bytes, uint64_t count, AlgoId* bestAlgo) {
   double best = -1;
   const AlgoMask mask = in.allowed[static_cast<int>(kind)] & candidateAlgos(kind);
   for (int i = 0; i < kAlgoCount; ++i) {
     const AlgoId a = static_cast<AlgoId>(i);
     if ((mask & algoBit(a)) == 0 || !algoApplicable(in, kind, a)) continue;
-    const double t = predictAlgo(in, kind, a, bytes).seconds;
+    const double t = predictAlgo(in, kind, a, bytes, count).seconds;
     if (best < 0 || t < best) best = t, *bestAlgo = a;
   }
   return best;
@@ -113,14 +113,14 @@ TEST(Planner, ChoiceIsTheModelsArgminOverAGrid) {
             PlanChoice c;
             ASSERT_TRUE(planCollective(f.in, call(kind, count), &c).ok());
             AlgoId best = AlgoId::Ring;
-            const double t = bestModelled(f.in, kind, count * 4, &best);
+            const double t = bestModelled(f.in, kind, count * 4, count, &best);
             ASSERT_GE(t, 0);
             EXPECT_DOUBLE_EQ(c.predictedSeconds, t)
                 << collKindName(kind) << " p=" << p << " perHost=" << perHost << " " << l.name << " bytes=" << bytes
                 << " chose " << algoName(c.algo) << ", model's best " << algoName(best);
             EXPECT_TRUE(algoApplicable(f.in, kind, c.algo));
             // The chosen candidate's own prediction is the one reported.
-            EXPECT_DOUBLE_EQ(predictAlgo(f.in, kind, c.algo, count * 4).seconds, c.predictedSeconds);
+            EXPECT_DOUBLE_EQ(predictAlgo(f.in, kind, c.algo, count * 4, count).seconds, c.predictedSeconds);
             EXPECT_TRUE(std::isfinite(c.predictedSeconds));
             ++checked;
           }
