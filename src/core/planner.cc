@@ -385,12 +385,16 @@ int64_t nonEmptyChunks(uint64_t count, int64_t members) {
 }
 
 // Ranks of a machine with fewer CPUs than ranks take turns on them: when `active` of its ranks
-// work at once, each runs at cpus/active of its speed, and so does the call (measured on 2 CPUs,
-// 8 ranks, 8 B: recursive doubling, whose every rank exchanges in every round, ran 4-6x its
-// model on emulated 4x2 and 2x4 clusters, a ring carrying 2 elements, 2 ranks busy at a time,
-// 1.1-1.7x). Every All-Reduce keeps every rank busy, except the rings with fewer elements than
-// members: the flat ring, and hierarchical's rings inside each host, whose empty shards also
-// skip the phase across hosts.
+// work at once, the call runs sqrt(active/cpus) times slower than its model, not active/cpus
+// times, because a busy rank spends much of a small call waiting on a peer or the network, not on
+// a CPU. Measured on 2 CPUs, 8 ranks (emulated 2x4 and 4x2 clusters, ranks yielding at once when
+// idle, 8 B to 4 KiB, run planner_vs_forced-20261202-095726): the algorithms that keep all 8 ranks
+// busy ran 0.8-2.0x their uncontended model (tree, recursive doubling, hierarchical past L
+// elements), a ring of 2 elements (2 busy ranks) 1.0-1.4x; the full factor (4x) overpriced them
+// 2-4x and chose the ring over hierarchical at 8 B on 2x4 (1.37x the best). (Ranks that polled 20
+// times before yielding had run recursive doubling at 4-6x its model there.) Every All-Reduce
+// keeps every rank busy, except the rings with fewer elements than members: the flat ring, and
+// hierarchical's rings inside each host, whose empty shards also skip the phase across hosts.
 double cpuContention(const PlannerInputs& in, AlgoId algo, uint64_t count) {
   const PlannerShape& sh = in.shape;
   if (sh.machineCpus <= 0 || sh.machineRanks <= sh.machineCpus) return 1.0;
@@ -400,7 +404,7 @@ double cpuContention(const PlannerInputs& in, AlgoId algo, uint64_t count) {
     active = std::ceil(static_cast<double>(nonEmptyChunks(count, members)) * sh.machineRanks /
                        static_cast<double>(members));
   }
-  return std::max(1.0, active / sh.machineCpus);
+  return std::max(1.0, std::sqrt(active / sh.machineCpus));
 }
 
 double directOnce(const PlannerInputs& in, double n) {
