@@ -796,8 +796,8 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
       checkClock = true;
       if (links.aborting()) return interrupted(execution, links);
       if (policy.napUs > 0) {
-        const int64_t leftUs = std::max<int64_t>(0, deadline.remainingMs()) * 1000;
-        std::this_thread::sleep_for(std::chrono::microseconds(std::min(policy.napUs, std::max<int64_t>(leftUs, 1))));
+        const int64_t leftUs = int64_t{deadline.remainingMs()} * 1000;  // remainingMs() is never negative
+        std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(leftUs, 1, policy.napUs)));
       } else if (!deadline.expired()) {
         uint64_t token = links.prepareWait();
         COLL_TRY(execution.poll(&done, &progressed));
