@@ -63,9 +63,10 @@ std::string maskNames(AlgoMask mask) {
 class LoadCounter {
  public:
   // nicOfRank: the NIC (0 .. nics-1 over all hosts) each rank's inter-host traffic uses.
-  LoadCounter(const Topology& t, const std::vector<int32_t>& nicOfRank, int32_t nics)
-      : t_(t), nicOf_(nicOfRank), out_(static_cast<size_t>(nics)), in_(static_cast<size_t>(nics)),
-        perRank_(static_cast<size_t>(t.nranks)) {}
+  // busyMachine: the machine whose CPUs the transfers across hosts are counted on (-1: none).
+  LoadCounter(const Topology& t, const std::vector<int32_t>& nicOfRank, int32_t nics, int32_t busyMachine)
+      : t_(t), nicOf_(nicOfRank), busyMachine_(busyMachine), out_(static_cast<size_t>(nics)),
+        in_(static_cast<size_t>(nics)), perRank_(static_cast<size_t>(t.nranks)) {}
   void add(int32_t src, int32_t dst) {
     if (src == dst) return;
     const int32_t hs = t_.hostOfRank[static_cast<size_t>(src)], hd = t_.hostOfRank[static_cast<size_t>(dst)];
@@ -75,6 +76,7 @@ class LoadCounter {
     } else {
       load_.interPerNic = std::max<double>(load_.interPerNic, ++out_[static_cast<size_t>(nicOf_[static_cast<size_t>(src)])]);
       load_.interPerNic = std::max<double>(load_.interPerNic, ++in_[static_cast<size_t>(nicOf_[static_cast<size_t>(dst)])]);
+      if (busyMachine_ >= 0 && t_.machineOfRank[static_cast<size_t>(src)] == busyMachine_) ++load_.machineInter;
     }
   }
   StepLoad take() {
@@ -89,6 +91,7 @@ class LoadCounter {
  private:
   const Topology& t_;
   const std::vector<int32_t>& nicOf_;
+  int32_t busyMachine_;
   std::vector<int32_t> out_, in_, perRank_;
   StepLoad load_;
 };
@@ -115,10 +118,17 @@ void deriveMachineLoad(const Topology& t, PlannerShape* s) {
     const int32_t cpus = t.cpusOfMachine[m];
     if (cpus > 0 && static_cast<double>(ranks[m]) / cpus > worst) {
       worst = static_cast<double>(ranks[m]) / cpus;
+      s->busyMachine = static_cast<int32_t>(m);
       s->machineRanks = ranks[m];
       s->machineCpus = cpus;
     }
   }
+  if (s->busyMachine < 0) return;
+  std::vector<char> onMachine(static_cast<size_t>(std::max(t.nhosts, 1)), 0);
+  for (int32_t r = 0; r < t.nranks; ++r) {
+    if (t.machineOfRank[static_cast<size_t>(r)] == s->busyMachine) onMachine[static_cast<size_t>(t.hostOfRank[static_cast<size_t>(r)])] = 1;
+  }
+  s->machineHosts = static_cast<int32_t>(std::count(onMachine.begin(), onMachine.end(), 1));
 }
 
 void deriveShape(const PlannerInputs& in, PlannerShape* s) {
@@ -150,7 +160,7 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
     s->ranksPerNic = std::max(s->ranksPerNic, ++perNic[static_cast<size_t>(nic)]);
   }
 
-  LoadCounter c(t, nicOfRank, nics);
+  LoadCounter c(t, nicOfRank, nics, s->busyMachine);
   int64_t crossing = 0;
   for (int32_t r = 0; r < p; ++r) {
     c.add(r, (r + 1) % p);
@@ -227,18 +237,37 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
 // carries the call once.
 double treeBusyFactor(int64_t members) { return members > 2 ? 2.0 : 1.0; }
 
-// A shared NIC handles the messages of the ranks crossing through it one after another: k ranks
-// sending at once pay k alphas (their per-message cost, as well as their bytes). One rank's own
-// concurrent messages (both directions of a torus ring) overlap, as on a NIC of its own.
-double nicMessages(const PlannerInputs& in, const StepLoad& l) {
-  return std::max(1.0, std::min(l.interPerNic, static_cast<double>(in.shape.ranksPerNic)));
+// The share of a message's inter-host alpha that is CPU time on an oversubscribed machine (below).
+// Fitted on the emulated 4 x 2 cluster (2 CPUs, run planner_vs_forced-20261202-105748, 8 and
+// 64 B): recursive doubling's rounds of 8 messages across hosts took 3.0 alphas each, Rabenseifner's
+// of 4 (8 B) 1.4-1.5, the ring's steps of 4 1.4; 0.75 * 8 / 2 = 3 and 0.75 * 4 / 2 = 1.5.
+constexpr double kInterMessageCpuShare = 0.75;
+
+// How many alphas one round's messages across hosts take. A shared NIC handles the messages of the
+// ranks crossing through it one after another: k ranks sending at once pay k alphas (their
+// per-message cost, as well as their bytes); one rank's own concurrent messages (both directions
+// of a torus ring) overlap, as on a NIC of its own. On a machine with fewer CPUs than ranks (an
+// emulated cluster: namespaces whose "NICs" are veth pairs of one kernel) an inter-host alpha is
+// mostly CPU time (system calls, the kernel's TCP stack, waking the receiver): the round's
+// messages from that machine share its CPUs, not a NIC, so a round costs its messages' CPU time
+// spread over the CPUs, and at least one alpha.
+double interAlphas(const PlannerInputs& in, const StepLoad& l) {
+  const PlannerShape& sh = in.shape;
+  if (sh.machineCpus > 0) return std::max(1.0, kInterMessageCpuShare * l.machineInter / sh.machineCpus);
+  return std::max(1.0, std::min(l.interPerNic, static_cast<double>(sh.ranksPerNic)));
+}
+
+// The load of a round in which only `share` of the ranks send (the rest hold empty chunks).
+StepLoad withBusyShare(StepLoad l, double share) {
+  l.machineInter *= share;
+  return l;
 }
 
 double stepCost(const PlannerInputs& in, const StepLoad& l, double bytes) {
   double t = 0;
   if (l.intraPerRank > 0) t = in.intraHost.alpha + l.intraPerRank * bytes * in.intraHost.beta;
   if (l.interPerNic > 0) {
-    t = std::max(t, nicMessages(in, l) * in.interHost.alpha + l.interPerNic * bytes * in.interHost.beta);
+    t = std::max(t, interAlphas(in, l) * in.interHost.alpha + l.interPerNic * bytes * in.interHost.beta);
   }
   return t;
 }
@@ -295,7 +324,7 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   const double intraBytes = s * (oneSlice ? std::max(1, l.intraPerRank) : 1);
   const double interBytes = s * (oneSlice ? std::max(1.0, l.interPerNic) : 1.0);
   const double hop = (1 - f) * (in.intraHost.alpha + intraBytes * in.intraHost.beta) +
-                     f * (nicMessages(in, l) * in.interHost.alpha + interBytes * in.interHost.beta);
+                     f * (interAlphas(in, l) * in.interHost.alpha + interBytes * in.interHost.beta);
   return steps * std::max(busy, hop + s * g);
 }
 
@@ -312,7 +341,9 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
   const double a = in.interHost.alpha, b = in.interHost.beta, g = in.gamma;
   *slice = 0;
   if (h <= 1) return 0;
-  const StepLoad one{0, static_cast<double>(flows)};
+  // Every host on the busiest machine sends its flows' messages each round.
+  const double machineFlows = static_cast<double>(flows) * in.shape.machineHosts;
+  const StepLoad one{0, static_cast<double>(flows), machineFlows};
   switch (algo) {
     case AlgoId::Ring:
       return streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 1) +
@@ -348,7 +379,7 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
     }
     case AlgoId::Torus: {
       // Per dimension two half-size rings in opposite directions: two flows per member.
-      const StepLoad two{0, 2.0 * flows};
+      const StepLoad two{0, 2.0 * flows, 2.0 * machineFlows};
       double t = 0, part = m;
       for (int i = 0; i < 3; ++i) {
         const int d = in.shape.hostTorus.d[i];
@@ -367,8 +398,9 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
 // ring, recursive doubling and direct matched the model; Rabenseifner ran 1.5x its model
 // everywhere; torus 1.1-2x (worst on one host); hierarchical 1.04-1.07x once the model counted
 // every flow's first chunk through the shared NIC (it was 1.0-1.4x before). The phased algorithms
-// wait at a gate between phases and make more local passes than the model counts. Recalibrate
-// with bench/planner_vs_forced.sh when the implementations change.
+// wait at a gate between phases and make more local passes than the model counts. Rabenseifner's
+// and the torus's scale only what the bytes add to the latency, hierarchical's the whole call
+// (predictAllReduce). Recalibrate with bench/planner_vs_forced.sh when the implementations change.
 double implementationFactor(AlgoId algo) {
   switch (algo) {
     case AlgoId::Rabenseifner: return 1.5;
@@ -384,27 +416,14 @@ int64_t nonEmptyChunks(uint64_t count, int64_t members) {
   return count > 0 && static_cast<int64_t>(count) < members ? static_cast<int64_t>(count) : members;
 }
 
-// Ranks of a machine with fewer CPUs than ranks take turns on them: when `active` of its ranks
-// work at once, the call runs sqrt(active/cpus) times slower than its model, not active/cpus
-// times, because a busy rank spends much of a small call waiting on a peer or the network, not on
-// a CPU. Measured on 2 CPUs, 8 ranks (emulated 2x4 and 4x2 clusters, ranks yielding at once when
-// idle, 8 B to 4 KiB, run planner_vs_forced-20261202-095726): the algorithms that keep all 8 ranks
-// busy ran 0.8-2.0x their uncontended model (tree, recursive doubling, hierarchical past L
-// elements), a ring of 2 elements (2 busy ranks) 1.0-1.4x; the full factor (4x) overpriced them
-// 2-4x and chose the ring over hierarchical at 8 B on 2x4 (1.37x the best). (Ranks that polled 20
-// times before yielding had run recursive doubling at 4-6x its model there.) Every All-Reduce
-// keeps every rank busy, except the rings with fewer elements than members: the flat ring, and
-// hierarchical's rings inside each host, whose empty shards also skip the phase across hosts.
-double cpuContention(const PlannerInputs& in, AlgoId algo, uint64_t count) {
-  const PlannerShape& sh = in.shape;
-  if (sh.machineCpus <= 0 || sh.machineRanks <= sh.machineCpus) return 1.0;
-  const int64_t members = algo == AlgoId::Ring ? in.topo->nranks : algo == AlgoId::Hierarchical ? sh.maxLocal : 0;
-  double active = sh.machineRanks;
-  if (members > 0) {
-    active = std::ceil(static_cast<double>(nonEmptyChunks(count, members)) * sh.machineRanks /
-                       static_cast<double>(members));
-  }
-  return std::max(1.0, std::sqrt(active / sh.machineCpus));
+// The share of the p' core members that send in Rabenseifner's round at mask m (halving and
+// doubling alike): a member sends an aligned block of m of the p' parts, and with fewer elements
+// than parts only the first `count` parts hold any (partStart), so only the members whose block
+// starts below `count` have something to send: min(p', m * ceil(count / m)) of them.
+double rabenseifnerSenders(uint64_t count, int64_t core, int64_t mask) {
+  if (count == 0 || static_cast<int64_t>(count) >= core) return 1.0;
+  const int64_t blocks = (static_cast<int64_t>(count) + mask - 1) / mask;
+  return static_cast<double>(std::min(core, mask * blocks)) / static_cast<double>(core);
 }
 
 double directOnce(const PlannerInputs& in, double n) {
@@ -413,11 +432,10 @@ double directOnce(const PlannerInputs& in, double n) {
   return 2.0 * in.intraHost.alpha + 3.0 * n * in.gamma;
 }
 
-// count: the elements, which a small call spreads over fewer ranks than it has (0: every rank
-// holds some). onlyInter: hierarchical's inter-host algorithm when fixed (Hierarchical = the best
-// one).
-Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count,
-                           AlgoId onlyInter = AlgoId::Hierarchical) {
+// The model's All-Reduce time, without the implementation factor. count: the elements, which a
+// small call spreads over fewer ranks than it has (0: every rank holds some). onlyInter:
+// hierarchical's inter-host algorithm when fixed (Hierarchical = the best one).
+Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count, AlgoId onlyInter) {
   const PlannerShape& sh = in.shape;
   const Topology& t = *in.topo;
   const int64_t p = t.nranks;
@@ -426,10 +444,13 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint6
   c.algo = algo;
   if (p <= 1) return c;
   switch (algo) {
-    case AlgoId::Ring:
-      c.seconds = streamedSteps(in, static_cast<double>(p - 1), sh.ring, sh.ringInterFraction, n / p, 1) +
-                  streamedSteps(in, static_cast<double>(p - 1), sh.ring, sh.ringInterFraction, n / p, 0);
+    case AlgoId::Ring: {
+      // Only the ranks holding a non-empty chunk send in a step.
+      const StepLoad l = withBusyShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
+      c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1) +
+                  streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0);
       break;
+    }
     case AlgoId::Direct:
       c.seconds = in.directLimit > 0 && n > in.directLimit
                       ? std::ceil(n / in.directLimit) * directOnce(in, static_cast<double>(in.directLimit))
@@ -443,7 +464,7 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint6
       const int64_t treeHops = sh.treeHeight, chainHops = hosts ? sh.maxLocal - 1 : 0;
       const LinkCost& l = hosts ? in.interHost : in.intraHost;
       // An interior node's two children reach it through its one link, one message after the
-      // other (and it sends to both on the way down), as ranks sharing a NIC do (nicMessages).
+      // other (and it sends to both on the way down), as ranks sharing a NIC do (interAlphas).
       const double fanIn = treeBusyFactor(hosts ? t.nhosts : t.nranks);
       c.seconds = streamedPipeline(
           in, n,
@@ -472,9 +493,10 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint6
       double tt = sh.core < p ? streamedStep(in, sh.fold, n, 1) + streamedStep(in, sh.fold, n, 0) : 0;
       // Halving starts with the farthest partner and half the vector (doubling ends there).
       double part = n;
-      for (auto l = sh.pairSteps.rbegin(); l != sh.pairSteps.rend(); ++l) {
+      for (size_t k = sh.pairSteps.size(); k-- > 0;) {
         part /= 2;
-        tt += streamedStep(in, *l, part, 1) + streamedStep(in, *l, part, 0);
+        const StepLoad l = withBusyShare(sh.pairSteps[k], rabenseifnerSenders(count, sh.core, int64_t{1} << k));
+        tt += streamedStep(in, l, part, 1) + streamedStep(in, l, part, 0);
       }
       c.seconds = tt;
       break;
@@ -525,7 +547,27 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint6
     }
     default: break;
   }
-  if (in.implementationFactors) c.seconds *= implementationFactor(algo);
+  return c;
+}
+
+Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count,
+                           AlgoId onlyInter = AlgoId::Hierarchical) {
+  Candidate c = modelAllReduce(in, algo, n, count, onlyInter);
+  const double factor = in.implementationFactors ? implementationFactor(algo) : 1.0;
+  if (factor == 1.0 || c.seconds <= 0) return c;
+  if (algo == AlgoId::Hierarchical) {
+    // Its latency ran above the model too: 1.2-2.4x at 8-64 B on the emulated clusters (run
+    // -105748), its phases inside the hosts waking ranks that the probe's intra alpha, measured
+    // with both ranks on a CPU, does not count. At 64-512 B on 4 x 2 the unscaled model tied it
+    // with the flat recursive doubling whose rounds across hosts it repeats; it ran 1.1-1.2x slower.
+    c.seconds *= factor;
+    return c;
+  }
+  // The other factors were measured where the bytes dominate (extra local passes): they scale
+  // what the bytes add to the call's latency, not the latency (Rabenseifner ran 8-64 B at its
+  // unscaled model on the emulated 4 x 2 cluster, run -105748; the torus below it).
+  const double latency = modelAllReduce(in, algo, 0, count, onlyInter).seconds;
+  c.seconds = latency + factor * std::max(0.0, c.seconds - latency);
   return c;
 }
 
@@ -678,9 +720,7 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
   const double n = static_cast<double>(bytesIn);
   const double g = in.gamma;
   if (kind == CollKind::AllReduce) {
-    Candidate c = predictAllReduce(in, algo, n, count);
-    if (c.seconds > 0) c.seconds *= cpuContention(in, algo, count);
-    return c;
+    return predictAllReduce(in, algo, n, count);
   }
   Candidate c;
   c.algo = algo;
@@ -741,8 +781,9 @@ Candidate predictAlgo(const PlannerInputs& in, CollKind kind, AlgoId algo, uint6
       break;
     case CollKind::AlltoAll: {
       // Pairwise round k sends r -> r + k: past the first rounds every rank of a host sends
-      // across at once, ranksPerNic of them through each NIC.
-      const StepLoad round{L > 1 ? 1 : 0, H > 1 ? static_cast<double>(sh.ranksPerNic) : 0.0};
+      // across at once, ranksPerNic of them through each NIC (every rank of a busy machine).
+      const StepLoad round{L > 1 ? 1 : 0, H > 1 ? static_cast<double>(sh.ranksPerNic) : 0.0,
+                           H > 1 ? static_cast<double>(sh.machineRanks) : 0.0};
       c.seconds = (p - 1) * stepCost(in, round, n);
       break;
     }

@@ -28,11 +28,13 @@ inline constexpr LinkCost kDefaultInterLink{25.0e-6, 1.0 / 1.2e9};
 inline constexpr double kDefaultGamma = 1.0 / 8.0e9;
 
 // How one round of simultaneous transfers (each rank sends to at most a few partners) loads the
-// links: the most transfers one rank makes inside its host, and the most transfers leaving (or
-// entering) through one NIC, which share its bandwidth.
+// links: the most transfers one rank makes inside its host, the most transfers leaving (or
+// entering) through one NIC, which share its bandwidth, and the transfers across hosts that the
+// ranks of the most oversubscribed machine send (PlannerShape::busyMachine), which share its CPUs.
 struct StepLoad {
   int32_t intraPerRank = 0;
   double interPerNic = 0;
+  double machineInter = 0;
 };
 
 // What the model needs of the communicator's shape, derived once by finalizePlannerInputs.
@@ -56,9 +58,12 @@ struct PlannerShape {
   std::string torusProblem;            // why torus cannot apply
   TorusDims hostTorus;                 // hierarchical's inter-host torus (over hosts)
   bool hostTorusOk = false;
-  // The most oversubscribed machine (Topology::setMachines): its ranks and CPUs (0 = unknown).
+  // The most oversubscribed machine (Topology::setMachines): its index, ranks, CPUs (0 = none:
+  // every machine has a CPU per rank, or its CPUs are unknown) and the hosts it holds.
+  int32_t busyMachine = -1;
   int32_t machineRanks = 1;
   int32_t machineCpus = 0;
+  int32_t machineHosts = 0;
 };
 
 // Allowed algorithms per collective (bit i = AlgoId i), from COLL_ALGO.

@@ -194,8 +194,17 @@ TEST(Planner, ImplementationFactorsCanBeTurnedOff) {
   f.links(kLinkSets[1]);
   const double withFactors = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds;
   const double ringWith = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Ring, 16 << 20).seconds;
+  const double latencyWith = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 0).seconds;
+  const double hierWith = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Hierarchical, 16 << 20).seconds;
   f.in.implementationFactors = false;
-  EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds * 1.5, withFactors);
+  // Rabenseifner's factor (1.5) scales what the bytes add to its latency, not the latency.
+  const double latency = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 0).seconds;
+  EXPECT_GT(latency, 0);
+  EXPECT_DOUBLE_EQ(latencyWith, latency);
+  EXPECT_DOUBLE_EQ(latency + 1.5 * (predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds - latency),
+                   withFactors);
+  // Hierarchical's (1.1) scales the whole call.
+  EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Hierarchical, 16 << 20).seconds * 1.1, hierWith);
   EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Ring, 16 << 20).seconds, ringWith);
 }
 
