@@ -260,6 +260,7 @@ Status Comm::setupPlanner() {
     in.intraHost = laneParent_->plannerInputs_.intraHost;
     in.interHost = laneParent_->plannerInputs_.interHost;
     in.gamma = laneParent_->plannerInputs_.gamma;
+    choices_.clear();  // choices made before the inputs were final (none are, today)
     return okStatus();
   }
   if (rank() == 0) {
@@ -271,6 +272,7 @@ Status Comm::setupPlanner() {
               in.nicsPerHost == 0 ? "one NIC per rank" : (std::to_string(in.nicsPerHost) + " NIC(s) per host").c_str(),
               1e-9 / in.gamma, fromG);
   }
+  choices_.clear();  // choices made before the inputs were final (none are, today)
   return okStatus();
 }
 
@@ -485,6 +487,25 @@ void Comm::notifyPeers() {
   if (shm_) shm_->notifyLocalPeers();
 }
 
+Status Comm::choosePlan(const CollArgs& args, PlanChoice* out) {
+  for (const ChoiceEntry& e : choices_) {
+    if (e.kind == args.kind && e.count == args.count && e.dtype == args.dtype && e.op == args.op &&
+        e.root == args.root) {
+      *out = e.choice;
+      return okStatus();
+    }
+  }
+  COLL_TRY(planCollective(plannerInputs_, args, out));
+  ChoiceEntry entry{args.kind, args.count, args.dtype, args.op, args.root, *out};
+  if (choices_.size() < kMaxChoices) {
+    choices_.push_back(entry);
+  } else {
+    choices_[nextChoice_] = entry;
+    nextChoice_ = (nextChoice_ + 1) % kMaxChoices;
+  }
+  return okStatus();
+}
+
 Comm::PlanEntry& Comm::planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) {
   const PlanKey key = planKeyOf(args, choice);
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
@@ -659,7 +680,7 @@ Status Comm::collective(const CollArgs& args) {
     call.op = collSum;
   }
   PlanChoice choice;
-  COLL_TRY(planCollective(plannerInputs_, call, &choice));
+  COLL_TRY(choosePlan(call, &choice));
   COLL_TRACE(rank(), "%s seq %llu count %llu dtype %d op %d root %d: %s, predicted %.1f us", collKindName(call.kind),
              static_cast<unsigned long long>(seq_ + 1), static_cast<unsigned long long>(call.count), call.dtype,
              call.op, call.root, describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(),
@@ -863,7 +884,7 @@ Status Comm::checkSameCall(const CollArgs& args) {
   gather.kind = CollKind::AllGather, gather.sendbuff = &mine, gather.recvbuff = all.data();
   gather.count = sizeof(CallFingerprint), gather.dtype = collUint8;
   PlanChoice choice;
-  COLL_TRY(planCollective(plannerInputs_, gather, &choice));
+  COLL_TRY(choosePlan(gather, &choice));
   COLL_TRY(runChecked(gather, choice).withContext("COLL_CHECK"));
   return describeCallMismatch(all);
 }
@@ -929,7 +950,7 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   size_t k = 0;
   for (; k < n && fusable(calls[k]) && !dependsOnEarlier(k); ++k) {
     PlanChoice choice;
-    COLL_TRY(planCollective(plannerInputs_, calls[k], &choice));
+    COLL_TRY(choosePlan(calls[k], &choice));
     if (choice.roundElems != 0) break;
     const Schedule& part = planFor(calls[k], choice).schedule;
     if (k > 0 && part.divisor != fused_.divisor) break;

@@ -137,6 +137,11 @@ class Comm final : public Links {
   // collAllReduceCompressed: the two-shot plan, or the plain All-Reduce below the size threshold.
   Status compressedAllReduce(const CollArgs& args);
   uint64_t wireBytes() const;
+  // The planner's choice for this call: the one made for the last call of the same signature
+  // (kind, count, type, op, root), else planCollective's, kept. The planner's inputs are fixed at
+  // creation, and evaluating every algorithm's model on every call (about 0.3 us a call) added
+  // about 1 us to an 8 B All-Reduce of 8 ranks on 2 CPUs (7.3 us automatic, 6.3 us direct forced).
+  Status choosePlan(const CollArgs& args, PlanChoice* out);
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   // callCount: the whole call's count when `args` is one round of it (for the INFO log only).
   PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount = 0);
@@ -213,6 +218,18 @@ class Comm final : public Links {
   };
   std::list<PlanEntry> plans_;  // most recently used first, at most kMaxPlans
   static constexpr size_t kMaxPlans = 16;
+  // choosePlan's recent choices, replaced round robin.
+  struct ChoiceEntry {
+    CollKind kind;
+    uint64_t count;
+    collDataType_t dtype;
+    collRedOp_t op;
+    int32_t root;
+    PlanChoice choice;
+  };
+  std::vector<ChoiceEntry> choices_;
+  size_t nextChoice_ = 0;
+  static constexpr size_t kMaxChoices = 16;
 
   // Fused groups of collectives: rebuilt per group into kept storage.
   Schedule fused_;

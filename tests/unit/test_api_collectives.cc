@@ -185,6 +185,41 @@ TEST(ApiCollectives, ManyAllReducesInOneGroupAreFusedAndCorrect) {
   });
 }
 
+TEST(ApiCollectives, RepeatedCallsReuseAChoiceOnlyForTheSameSignature) {
+  // The communicator keeps the planner's choice per (kind, count, type, op, root). A 64 KiB window
+  // makes direct's choice depend on the count (past the window it runs in rounds): a choice reused
+  // for another count, type or op would give wrong sums (or run past the window). More signatures
+  // than the 16 kept, twice over, so entries are replaced and made again.
+  coll::testutil::ScopedEnv window("COLL_SHM_WINDOW_BYTES", "64K");
+  const int n = 3;
+  withComms(n, [&](int rank, collComm_t comm) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t count : {size_t{5}, size_t{40000}, size_t{6}, size_t{39999}, size_t{7}, size_t{12000}}) {
+        std::vector<int32_t> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+        for (collRedOp_t op : {collSum, collMax}) {
+          ASSERT_EQ(collAllReduce(in.data(), out.data(), count, collInt32, op, comm, nullptr), collSuccess)
+              << collGetLastError(comm);
+          for (size_t i = 0; i < count; i += 101) {
+            const int32_t expect = op == collSum ? value(0, i) + value(1, i) + value(2, i) : value(n - 1, i);
+            ASSERT_EQ(out[i], expect) << "count " << count << " op " << op << " i " << i;
+          }
+          ASSERT_EQ(out.back(), op == collSum ? value(0, count - 1) + value(1, count - 1) + value(2, count - 1)
+                                               : value(n - 1, count - 1));
+        }
+        std::vector<double> d(count, rank + 0.5), dout(count, -1);
+        ASSERT_EQ(collAllReduce(d.data(), dout.data(), count, collFloat64, collSum, comm, nullptr), collSuccess);
+        ASSERT_EQ(dout[count / 2], 0.5 * n + n * (n - 1) / 2);
+        for (int root = 0; root < n; ++root) {
+          std::vector<int32_t> b(count, rank == root ? root + 10 : -1);
+          ASSERT_EQ(collBroadcast(b.data(), b.data(), count, collInt32, root, comm, nullptr), collSuccess);
+          ASSERT_EQ(b[count - 1], root + 10) << "count " << count << " root " << root;
+        }
+      }
+    }
+  });
+}
+
 TEST(ApiCollectives, PreMulSumScalesEachContributionOnce) {
   const int n = 3;
   withComms(n, [&](int rank, collComm_t comm) {
