@@ -315,7 +315,12 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   if (steps <= 0) return 0;
   const double s = std::min(chunk, sliceBytesOf(in));
   const double g = reduce > 0 ? in.gamma : 0;
-  const double ports = std::max(l.intraPerRank * chunk * in.intraHost.beta, l.interPerNic * chunk * in.interHost.beta);
+  double ports = std::max(l.intraPerRank * chunk * in.intraHost.beta, l.interPerNic * chunk * in.interHost.beta);
+  // On an oversubscribed machine an inter-host alpha is CPU time the receiving rank spends on each
+  // message, one message after another as bytes cross a wire: a step with a hop across hosts
+  // takes at least one alpha, whatever share of its hops cross (a ring advances at the pace of
+  // its links across hosts; rounds whose every hop crosses pay it in `hop` already).
+  if (in.shape.machineCpus > 0 && l.interPerNic > 0) ports = std::max(ports, in.interHost.alpha);
   const double busy = in.reductionOverlaps ? std::max(ports, reduce * chunk * g) : ports + reduce * chunk * g;
   const double f = interFraction;
   // A step of one slice does not pipeline: it ends when the last message through the busiest

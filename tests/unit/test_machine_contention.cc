@@ -159,8 +159,22 @@ TEST(PlannerContention, MessagesAcrossHostsShareTheCpusOfAnOversubscribedMachine
   // and doubling the same in reverse; with 16 elements all 8 send in all four rounds across hosts.
   EXPECT_NEAR(predict(busy.in, AlgoId::Rabenseifner, 2), 2 * ai + 2 * (1.5 + 1) * ae, 1e-12);
   EXPECT_NEAR(predict(busy.in, AlgoId::Rabenseifner, 16), 2 * ai + 4 * 3 * ae, 1e-12);
-  // The ring's 4 crossings per step: 1.5 alphas when every rank holds a chunk, one with 2
-  // elements (2 senders). Half its 14 hops cross hosts.
+  // The ring: half its 14 hops cross hosts, but every step has a hop across, whose receiver spends
+  // an alpha of CPU on the message before the next step's can follow: one alpha a step. With a CPU
+  // per rank the latencies along its path add up instead: half an alpha a step.
+  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * ae, 1e-12);
+  EXPECT_NEAR(predict(free.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
+}
+
+TEST(PlannerContention, ATinyRingCountsOnlyItsSenders) {
+  // 4 x 2 on 2 CPUs, hops inside hosts slower than those across (so a step's latency along the
+  // path, not the one-alpha floor, decides): a step's 4 crossings take 1.5 alphas of CPU when
+  // every rank holds a chunk, one with 2 elements (2 senders).
+  Inputs busy(emulated(4, 2, 2));
+  latencyOnly(&busy);
+  busy.in.interHost.alpha = 100e-6;
+  busy.in.intraHost.alpha = 120e-6;  // hops: 0.5 * 120 + 0.5 * (1.5 or 1) * 100 > one alpha
+  const double ai = busy.in.intraHost.alpha, ae = busy.in.interHost.alpha;
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * 1.5 * ae), 1e-12);
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 2), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
   // Unknown element count: every rank counted busy.
