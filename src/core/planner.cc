@@ -253,13 +253,15 @@ constexpr double kInterMessageCpuShare = 0.75;
 // spread over the CPUs, and at least one alpha.
 double interAlphas(const PlannerInputs& in, const StepLoad& l) {
   const PlannerShape& sh = in.shape;
-  if (sh.machineCpus > 0) return std::max(1.0, kInterMessageCpuShare * l.machineInter / sh.machineCpus);
+  if (sh.machineCpus > 0) {
+    return std::max(1.0, kInterMessageCpuShare * l.machineInter * l.sendingShare / sh.machineCpus);
+  }
   return std::max(1.0, std::min(l.interPerNic, static_cast<double>(sh.ranksPerNic)));
 }
 
 // The load of a round in which only `share` of the ranks send (the rest hold empty chunks).
 StepLoad withBusyShare(StepLoad l, double share) {
-  l.machineInter *= share;
+  l.sendingShare = share;
   return l;
 }
 
@@ -319,8 +321,10 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   // On an oversubscribed machine an inter-host alpha is CPU time the receiving rank spends on each
   // message, one message after another as bytes cross a wire: a step with a hop across hosts
   // takes at least one alpha, whatever share of its hops cross (a ring advances at the pace of
-  // its links across hosts; rounds whose every hop crosses pay it in `hop` already).
-  if (in.shape.machineCpus > 0 && l.interPerNic > 0) ports = std::max(ports, in.interHost.alpha);
+  // its links across hosts; rounds whose every hop crosses pay it in `hop` already). A link that
+  // carries a message in only some steps (a ring of fewer elements than ranks) is busy that
+  // share of them.
+  if (in.shape.machineCpus > 0 && l.interPerNic > 0) ports = std::max(ports, l.sendingShare * in.interHost.alpha);
   const double busy = in.reductionOverlaps ? std::max(ports, reduce * chunk * g) : ports + reduce * chunk * g;
   const double f = interFraction;
   // A step of one slice does not pipeline: it ends when the last message through the busiest

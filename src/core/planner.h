@@ -31,10 +31,12 @@ inline constexpr double kDefaultGamma = 1.0 / 8.0e9;
 // links: the most transfers one rank makes inside its host, the most transfers leaving (or
 // entering) through one NIC, which share its bandwidth, and the transfers across hosts that the
 // ranks of the most oversubscribed machine send (PlannerShape::busyMachine), which share its CPUs.
+// sendingShare: the share of those transfers that carry data (small calls leave chunks empty).
 struct StepLoad {
   int32_t intraPerRank = 0;
   double interPerNic = 0;
   double machineInter = 0;
+  double sendingShare = 1.0;
 };
 
 // What the model needs of the communicator's shape, derived once by finalizePlannerInputs.

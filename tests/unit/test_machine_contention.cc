@@ -164,6 +164,8 @@ TEST(PlannerContention, MessagesAcrossHostsShareTheCpusOfAnOversubscribedMachine
   // per rank the latencies along its path add up instead: half an alpha a step.
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * ae, 1e-12);
   EXPECT_NEAR(predict(free.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
+  // With 2 elements a link carries a message in a quarter of the steps: the path's latency decides.
+  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 2), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
 }
 
 TEST(PlannerContention, ATinyRingCountsOnlyItsSenders) {
