@@ -260,7 +260,7 @@ double interAlphas(const PlannerInputs& in, const StepLoad& l) {
 }
 
 // The load of a round in which only `share` of the ranks send (the rest hold empty chunks).
-StepLoad withBusyShare(StepLoad l, double share) {
+StepLoad withSendingShare(StepLoad l, double share) {
   l.sendingShare = share;
   return l;
 }
@@ -455,7 +455,7 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
   switch (algo) {
     case AlgoId::Ring: {
       // Only the ranks holding a non-empty chunk send in a step.
-      const StepLoad l = withBusyShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
+      const StepLoad l = withSendingShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
       c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1) +
                   streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0);
       break;
@@ -504,7 +504,7 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
       double part = n;
       for (size_t k = sh.pairSteps.size(); k-- > 0;) {
         part /= 2;
-        const StepLoad l = withBusyShare(sh.pairSteps[k], rabenseifnerSenders(count, sh.core, int64_t{1} << k));
+        const StepLoad l = withSendingShare(sh.pairSteps[k], rabenseifnerSenders(count, sh.core, int64_t{1} << k));
         tt += streamedStep(in, l, part, 1) + streamedStep(in, l, part, 0);
       }
       c.seconds = tt;
