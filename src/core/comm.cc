@@ -260,7 +260,6 @@ Status Comm::setupPlanner() {
     in.intraHost = laneParent_->plannerInputs_.intraHost;
     in.interHost = laneParent_->plannerInputs_.interHost;
     in.gamma = laneParent_->plannerInputs_.gamma;
-    choices_.clear();  // choices made before the inputs were final (none are, today)
     return okStatus();
   }
   if (rank() == 0) {
@@ -272,7 +271,6 @@ Status Comm::setupPlanner() {
               in.nicsPerHost == 0 ? "one NIC per rank" : (std::to_string(in.nicsPerHost) + " NIC(s) per host").c_str(),
               1e-9 / in.gamma, fromG);
   }
-  choices_.clear();  // choices made before the inputs were final (none are, today)
   return okStatus();
 }
 

@@ -138,9 +138,10 @@ class Comm final : public Links {
   Status compressedAllReduce(const CollArgs& args);
   uint64_t wireBytes() const;
   // The planner's choice for this call: the one made for the last call of the same signature
-  // (kind, count, type, op, root), else planCollective's, kept. The planner's inputs are fixed at
-  // creation, and evaluating every algorithm's model on every call (about 0.3 us a call) added
-  // about 1 us to an 8 B All-Reduce of 8 ranks on 2 CPUs (7.3 us automatic, 6.3 us direct forced).
+  // (kind, count, type, op, root), else planCollective's, kept. The planner's inputs are fixed once
+  // setupPlanner returns (the link probe, which runs before, plans with planCollective), and
+  // evaluating every algorithm's model on every call (about 0.3 us a call) added about 1 us to an
+  // 8 B All-Reduce of 8 ranks on 2 CPUs (7.3 us automatic, 6.3 us direct forced).
   Status choosePlan(const CollArgs& args, PlanChoice* out);
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   // callCount: the whole call's count when `args` is one round of it (for the INFO log only).

@@ -126,7 +126,8 @@ void deriveMachineLoad(const Topology& t, PlannerShape* s) {
   if (s->busyMachine < 0) return;
   std::vector<char> onMachine(static_cast<size_t>(std::max(t.nhosts, 1)), 0);
   for (int32_t r = 0; r < t.nranks; ++r) {
-    if (t.machineOfRank[static_cast<size_t>(r)] == s->busyMachine) onMachine[static_cast<size_t>(t.hostOfRank[static_cast<size_t>(r)])] = 1;
+    const size_t i = static_cast<size_t>(r);
+    if (t.machineOfRank[i] == s->busyMachine) onMachine[static_cast<size_t>(t.hostOfRank[i])] = 1;
   }
   s->machineHosts = static_cast<int32_t>(std::count(onMachine.begin(), onMachine.end(), 1));
 }
@@ -407,15 +408,24 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
 // ring, recursive doubling and direct matched the model; Rabenseifner ran 1.5x its model
 // everywhere; torus 1.1-2x (worst on one host); hierarchical 1.04-1.07x once the model counted
 // every flow's first chunk through the shared NIC (it was 1.0-1.4x before). The phased algorithms
-// wait at a gate between phases and make more local passes than the model counts. Rabenseifner's
-// and the torus's scale only what the bytes add to the latency, hierarchical's the whole call
-// (predictAllReduce). Recalibrate with bench/planner_vs_forced.sh when the implementations change.
-double implementationFactor(AlgoId algo) {
+// wait at a gate between phases and make more local passes than the model counts, so a factor
+// scales what the bytes add to the call's latency (Rabenseifner ran 8-64 B at its unscaled model
+// on the emulated 4 x 2 cluster, run -105748; the torus below it). Hierarchical's scales the whole
+// call: its latency ran 1.2-2.4x the model at 8-64 B there, its phases inside the hosts waking
+// ranks that the probe's intra alpha (both ranks on a CPU) does not count; unscaled, the model
+// tied it at 64-512 B on 4 x 2 with the flat recursive doubling whose rounds across hosts it
+// repeats, and it ran 1.1-1.2x slower. Recalibrate with bench/planner_vs_forced.sh when the
+// implementations change.
+struct ImplementationFactor {
+  double factor = 1.0;
+  bool wholeCall = true;  // false: the bytes' share only
+};
+ImplementationFactor implementationFactor(AlgoId algo) {
   switch (algo) {
-    case AlgoId::Rabenseifner: return 1.5;
-    case AlgoId::Torus: return 1.4;
-    case AlgoId::Hierarchical: return 1.1;
-    default: return 1.0;
+    case AlgoId::Rabenseifner: return {1.5, false};
+    case AlgoId::Torus: return {1.4, false};
+    case AlgoId::Hierarchical: return {1.1, true};
+    default: return {};
   }
 }
 
@@ -455,7 +465,8 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
   switch (algo) {
     case AlgoId::Ring: {
       // Only the ranks holding a non-empty chunk send in a step.
-      const StepLoad l = withSendingShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
+      const StepLoad l =
+          withSendingShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
       c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1) +
                   streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0);
       break;
@@ -562,21 +573,10 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
 Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count,
                            AlgoId onlyInter = AlgoId::Hierarchical) {
   Candidate c = modelAllReduce(in, algo, n, count, onlyInter);
-  const double factor = in.implementationFactors ? implementationFactor(algo) : 1.0;
-  if (factor == 1.0 || c.seconds <= 0) return c;
-  if (algo == AlgoId::Hierarchical) {
-    // Its latency ran above the model too: 1.2-2.4x at 8-64 B on the emulated clusters (run
-    // -105748), its phases inside the hosts waking ranks that the probe's intra alpha, measured
-    // with both ranks on a CPU, does not count. At 64-512 B on 4 x 2 the unscaled model tied it
-    // with the flat recursive doubling whose rounds across hosts it repeats; it ran 1.1-1.2x slower.
-    c.seconds *= factor;
-    return c;
-  }
-  // The other factors were measured where the bytes dominate (extra local passes): they scale
-  // what the bytes add to the call's latency, not the latency (Rabenseifner ran 8-64 B at its
-  // unscaled model on the emulated 4 x 2 cluster, run -105748; the torus below it).
-  const double latency = modelAllReduce(in, algo, 0, count, onlyInter).seconds;
-  c.seconds = latency + factor * std::max(0.0, c.seconds - latency);
+  const ImplementationFactor f = in.implementationFactors ? implementationFactor(algo) : ImplementationFactor{};
+  if (f.factor == 1.0 || c.seconds <= 0) return c;
+  const double latency = f.wholeCall ? 0.0 : modelAllReduce(in, algo, 0, count, onlyInter).seconds;
+  c.seconds = latency + f.factor * std::max(0.0, c.seconds - latency);
   return c;
 }
 
