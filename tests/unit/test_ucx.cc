@@ -84,14 +84,28 @@ TEST_P(UcxTls, BidirectionalManyTimesTheRing) {
   std::string errors[2];
   bool ok[2] = {false, false};
   bool healthy[2] = {false, false};
+  std::atomic<int> pumped{0}, checked{0};
   std::string describe[2];
   std::thread t[2];
   for (int r = 0; r < 2; ++r) {
     t[r] = std::thread([&, r] {
       results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 256 << 10, 64 << 10));
       if (!results[r].ok()) return;
-      ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 24 << 20, 10 + r, 11 - r, r, 100000, &errors[r]);
-      healthy[r] = ranks[r].conns[1 - r]->checkHealth().ok();
+      Connection* c = ranks[r].conns[1 - r].get();
+      ok[r] = pumpStream(c, 24 << 20, 10 + r, 11 - r, r, 100000, &errors[r]);
+      // Health is asked while both ends are still up: a peer that has finished and closed its
+      // endpoint is, rightly, an unreachable peer. Keep progressing until the other rank arrives.
+      auto arriveAndWait = [c](std::atomic<int>& arrived) {
+        arrived.fetch_add(1);
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        bool progressed = false;
+        while (arrived.load() < 2 && std::chrono::steady_clock::now() < until && c->progress(&progressed).ok()) {
+          std::this_thread::yield();
+        }
+      };
+      arriveAndWait(pumped);
+      healthy[r] = c->checkHealth().ok();
+      arriveAndWait(checked);
       describe[r] = ranks[r].net->describe();
       ranks[r].teardown();
     });
