@@ -11,7 +11,8 @@
 # two reference pairs overlap.
 # usage: bench/compare_ucx.sh      (env: BUILD, ROUNDS=5, ITERS=20: iterations at 64 MiB, x16 at 4 MiB,
 #        VARIANTS: other settings of ours run beside the default in every round, against the same
-#        references, "NAME:VAR=VALUE,VAR=VALUE NAME2:..." e.g. "eager:COLL_UCX_PROTOCOL=eager")
+#        references, "NAME:VAR=VALUE,VAR=VALUE NAME2:..." e.g. "eager:COLL_UCX_PROTOCOL=eager";
+#        BUILD=DIR in a variant runs that build's binaries, e.g. "branch:BUILD=/tmp/wt/build")
 set -euo pipefail
 source "$(dirname "$0")/compare_lib.sh"
 ITERS=${ITERS:-20}
@@ -30,16 +31,23 @@ export COLL_SOCKET_IFNAME=cux UCX_TLS=tcp COLL_UCX_TLS=tcp
 PT_ENV=(UCX_TCP_TX_SEG_SIZE=2M UCX_TCP_RX_SEG_SIZE=2M UCX_TCP_SNDBUF=4M UCX_TCP_RCVBUF=4M)
 iters() { echo $((ITERS * 67108864 / $1)); }  # iters SIZE: the same bytes per run at every size
 EXTRA_ENV=()  # a variant's settings (VARIANTS)
-ours() {  # ours NET PERF SIZE OUT
-  env "${EXTRA_ENV[@]}" COLL_NET=$1 "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$2" -b "$3" -e "$3" \
-    -d float -o sum -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
+VARIANT_BUILD=$BUILD  # a variant's build (BUILD=DIR in VARIANTS)
+ours() {  # ours NET PERF SIZE OUT (PERF names a binary of $BUILD; a variant's build runs its own)
+  env "${EXTRA_ENV[@]}" COLL_NET=$1 "$VARIANT_BUILD/bench/collrun" -np 2 --netns "$NS_A,$NS_B" --timeout 600 \
+    "$VARIANT_BUILD/bench/$(basename "$2")" -b "$3" -e "$3" -d float -o sum -n "$(iters "$3")" -w 5 -c 0 >"$4" 2>&1
 }
 variants() {  # variants PERF SIZE PREFIX SUFFIX: ours over ucx once per VARIANTS entry, output PREFIX@NAME SUFFIX
-  local v
+  local v setting
   for v in $VARIANTS; do
-    IFS=, read -r -a EXTRA_ENV <<<"${v#*:}"
+    IFS=, read -r -a settings <<<"${v#*:}"
+    for setting in "${settings[@]}"; do
+      case $setting in
+        BUILD=*) VARIANT_BUILD=${setting#BUILD=}; need "$VARIANT_BUILD/bench/collrun" ;;
+        *) EXTRA_ENV+=("$setting") ;;
+      esac
+    done
     ours ucx "$1" "$2" "$out/$3@${v%%:*}$4"
-    EXTRA_ENV=()
+    EXTRA_ENV=() VARIANT_BUILD=$BUILD
   done
 }
 perftest() {  # perftest SIZE OUT: one way (B -> A)
