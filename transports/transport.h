@@ -13,6 +13,19 @@
 
 namespace coll {
 
+// A receive the executor posts ahead of its bytes (Connection::postRecv). A transport whose
+// bytes first land in a buffer of its own (UCX's active messages over tcp hand each message up in
+// UCX's buffer) applies them from there to their destination, copied or reduced with the step's
+// local operand, instead of copying them into its ring for the executor to read a second time.
+struct PostedRecv {
+  uint64_t streamPos = 0;  // stream position of the first unit (receivedBytes() when posted)
+  uint64_t units = 0;      // units the transport may apply (those whose destination is ready)
+  size_t unitBytes = 0;
+  // Applies `n` whole units from `data`: the (applied + 1)-th unit of the post onwards.
+  void (*apply)(PostedRecv* self, const std::byte* data, uint64_t n) = nullptr;
+  uint64_t applied = 0;  // units applied so far: the transport adds, the poster takes them
+};
+
 // A connection to one peer. Both directions are in-order byte streams: the k-th byte committed
 // by the sender is the k-th byte the receiver sees. Calls are non-blocking and made by one
 // thread at a time. Spans returned stay valid until the matching commit/consume.
@@ -51,6 +64,17 @@ class Connection {
   // caller can complete a message while later ones are still queued. The default knows only
   // "all or nothing"; it may lag but never runs ahead.
   virtual uint64_t flushedBytes() const { return sendsFlushed() ? sentBytes() : 0; }
+
+  // Posts a receive (nullptr withdraws it); false when the transport does not apply receives
+  // itself. While posted, progress() may apply units that arrive: only bytes that are next in
+  // the stream, with nothing left unconsumed before them, and only whole units. Those bytes are
+  // consumed (receivedBytes() moves on) and never appear in recvData(); the rest of a message
+  // lands in the ring as usual. The post (owned by the caller) must stay valid until withdrawn;
+  // the caller withdraws it before the step's bytes are done or its buffers change.
+  virtual bool postRecv(PostedRecv* post) {
+    (void)post;
+    return false;
+  }
 };
 
 // Host-shared windows: one per local rank, each with two halves used alternately by consecutive

@@ -142,6 +142,7 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   }
 
   conns_.resize(npeers);
+  posts_.assign(npeers, StepPost{});
   // Connections are made in ascending peer rank, not schedule order: a transport whose handshake
   // needs both sides at once (ib) would otherwise deadlock when ranks wait on each other in a
   // cycle (a ring whose first steps go to the next rank on every rank). Ascending order is the
@@ -271,6 +272,9 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
 
 void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
   const Schedule& schedule = *schedule_;
+  // A post left by a call that did not end through runToCompletion (tests driving poll()) would
+  // point at the previous call's buffers.
+  withdrawPosts();
   buffers_ = buffers;
   seq_ = seq;
   failedPeer_ = -1;
@@ -406,6 +410,13 @@ bool Execution::progressRecv(int32_t index) {
   if (!padded_[index] && !alignStream(index, c, /*sending=*/false, &moved)) return moved;
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
+  StepPost& post = posts_[stepPeer_[index]];
+  if (post.step == index && post.applied > 0) {
+    // Units the transport applied in place since the last pass.
+    dn += post.applied;
+    post.applied = 0;
+    moved = true;
+  }
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
   const bool reduce = s.kind == StepKind::RecvReduce;
@@ -424,7 +435,54 @@ bool Execution::progressRecv(int32_t index) {
     c->recvConsume(n * unit);
     dn += n;
   }
+  postRest(index, c, dn, limit);
   return recordProgress(index, dn) || moved;
+}
+
+void Execution::postRest(int32_t index, Connection* c, uint64_t dn, uint64_t limit) {
+  StepPost& post = posts_[stepPeer_[index]];
+  if (post.unsupported) return;
+  const Schedule& sc = *schedule_;
+  const Step& s = sc.steps[index];
+  if (dn >= s.count) {
+    if (post.step >= 0) c->postRecv(nullptr);
+    post.step = -1;
+    return;
+  }
+  const size_t unit = unitOf(s);
+  post.step = index;
+  post.streamPos = c->receivedBytes();
+  post.units = limit - dn;
+  post.unitBytes = unit;
+  post.apply = &Execution::applyPosted;
+  post.applied = 0;
+  post.reduce = s.kind == StepKind::RecvReduce;
+  post.dst = dstPtr_[index] + dn * unit;
+  post.src = post.reduce ? srcPtr_[index] + dn * unit : nullptr;
+  post.dtype = sc.dtype;
+  post.op = sc.op;
+  if (!c->postRecv(&post)) {
+    post.unsupported = true;
+    post.step = -1;
+  }
+}
+
+void Execution::applyPosted(PostedRecv* self, const std::byte* data, uint64_t n) {
+  auto* post = static_cast<StepPost*>(self);
+  const uint64_t at = post->applied * post->unitBytes;
+  if (post->reduce) {
+    kernels::reduce2(post->dst + at, post->src + at, data, n, post->dtype, post->op);
+  } else {
+    memcpy(post->dst + at, data, n * post->unitBytes);
+  }
+}
+
+void Execution::withdrawPosts() {
+  for (size_t p = 0; p < posts_.size(); ++p) {
+    if (posts_[p].step >= 0) conns_[p]->postRecv(nullptr);
+    posts_[p].step = -1;
+    posts_[p].applied = 0;
+  }
 }
 
 bool Execution::progressLocal(int32_t index) {
@@ -741,10 +799,8 @@ Status interrupted(const Execution& execution, Links& links) {
                    static_cast<unsigned long long>(execution.seq()));
 }
 
-}  // namespace
-
-Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
-                       ExecSnapshot* snap) {
+Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
+                     ExecSnapshot* snap) {
   const uint64_t spinCount = policy.spins;
   const uint64_t yieldCount = policy.yields;
   uint64_t idle = 0;
@@ -825,6 +881,15 @@ Status runToCompletion(Execution& execution, Links& links, Deadline deadline, co
       return Status(collTimeout, head + execution.describePending());
     }
   }
+}
+
+}  // namespace
+
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
+                       ExecSnapshot* snap) {
+  Status st = pollUntilDone(execution, links, deadline, policy, snap);
+  execution.withdrawPosts();
+  return st;
 }
 
 }  // namespace coll

@@ -51,6 +51,10 @@ class Execution {
   // Asks every connection in use whether its peer is still alive (idle waits call this).
   Status checkHealth();
 
+  // Withdraws the receives this execution posted to its connections (Connection::postRecv):
+  // runToCompletion does, however the call ends, before the buffers may change.
+  void withdrawPosts();
+
   // Overrides COLL_SLICE_BYTES for this execution (tests); 0 restores the knob.
   void setSliceBytes(size_t bytes) { sliceOverride_ = bytes; }
 
@@ -68,6 +72,8 @@ class Execution {
   bool alignStream(int32_t step, Connection* c, bool sending, bool* moved);
   bool progressSend(int32_t step);
   bool progressRecv(int32_t step);
+  // Posts the rest of receive step `step` to its connection, or withdraws the post when done.
+  void postRest(int32_t step, Connection* c, uint64_t done, uint64_t limit);
   bool progressLocal(int32_t step);
   // Quantized local steps: `n` blocks from block `dn` of step `s`.
   void runQuantSlice(const Step& s, std::byte* dst, const std::byte* src, uint64_t dn, uint64_t n);
@@ -102,6 +108,19 @@ class Execution {
   std::vector<std::atomic<uint64_t>*> depAtomic_;  // per dep: progress slot / completed-call word
   std::vector<std::atomic<uint64_t>*> mySlots_;    // this rank's published progress slots
   std::vector<Connection*> conns_;      // per distinct peer (Schedule::peers order)
+  // A receive posted to a connection: the head of its peer's receive queue, what its units are
+  // applied to, and how (see PostedRecv; the transport calls applyPosted).
+  struct StepPost : PostedRecv {
+    int32_t step = -1;  // -1: nothing posted
+    bool unsupported = false;  // the connection does not take posts
+    bool reduce = false;
+    std::byte* dst = nullptr;  // where the post's first unit goes
+    const std::byte* src = nullptr;  // reduce: its local operand
+    collDataType_t dtype = collFloat32;
+    collRedOp_t op = collSum;
+  };
+  static void applyPosted(PostedRecv* self, const std::byte* data, uint64_t n);
+  std::vector<StepPost> posts_;         // per distinct peer
   std::vector<uint32_t> connectOrder_;  // indices into conns_ by ascending peer rank (start)
   std::vector<std::byte> scratch_;
   std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: position in its queue

@@ -195,6 +195,12 @@ class UcxConnection final : public Connection {
   Status checkHealth() override;
   bool sendsFlushed() const override { return sendFreed_ >= committed_; }
   uint64_t flushedBytes() const override { return sendFreed_; }
+  bool postRecv(PostedRecv* post) override {
+    post_ = post;
+    return true;
+  }
+  // Received bytes applied straight from UCX's buffers to a posted receive (not via the ring).
+  uint64_t appliedInPlaceBytes() const { return appliedInPlace_; }
 
   // Message handlers (called from inside ucp_worker_progress).
   void onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param);
@@ -235,6 +241,9 @@ class UcxConnection final : public Connection {
   void postSends();
   void maybeReturnCredit();
   void advanceReceived();
+  // Applies the whole units of an eager message that the posted receive takes (see postRecv);
+  // returns the bytes applied.
+  uint64_t applyPosted(const DataHeader& h, const std::byte* data);
   void advanceSends();
   void closeEndpoint();
 
@@ -273,6 +282,8 @@ class UcxConnection final : public Connection {
   uint64_t recvSeq_ = 0;   // every message before this has arrived
   uint64_t creditConsumed_ = 0;  // last values returned to the sender
   uint64_t creditMessages_ = 0;
+  PostedRecv* post_ = nullptr;
+  uint64_t appliedInPlace_ = 0;
   Slots* slots_ = nullptr;
 };
 
