@@ -233,7 +233,9 @@ TEST_P(UcxTls, PostedReceivesApplyEagerMessagesInPlace) {
     // The receiver posts before every progress and drains the ring: over tcp (eager messages,
     // handed up in UCX's buffer) those that arrive with the ring empty go in place. Over shared
     // memory UCX may take rendezvous, which lands in the ring without a copy anyway.
-    if (std::string(GetParam()) == "tcp") EXPECT_GT(inPlace[r], 0u) << "rank " << r;
+    if (std::string(GetParam()) == "tcp") {
+      EXPECT_GT(inPlace[r], 0u) << "rank " << r;
+    }
   }
 }
 
