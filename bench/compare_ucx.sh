@@ -112,4 +112,12 @@ perf_gbps() { awk '/^Final:/ { printf "%.4f\n", $7 * 1048576 / 1e9 }' "$1"; }
     o=$(for f in "$out"/allreduce-ucx@${v%%:*}-r*.txt; do algbw "$f" 67108864; done | median)
     echo "| allreduce_perf busbw 64 MiB, COLL_NET=ucx ${v#*:} vs COLL_NET=tcp | $o | $r | $(ratio "$o" "$r") |"
   done
+  # The machine's speed drifts between rounds; a ratio within each round is paired against that.
+  echo
+  for name in "" $(for v in $VARIANTS; do echo "@${v%%:*}"; done); do
+    rs=$(for ((round = 1; round <= ROUNDS; ++round)); do
+           ratio "$(algbw "$out/allreduce-ucx$name-r$round.txt" 67108864)" "$(algbw "$out/allreduce-tcp-r$round.txt" 67108864)"
+         done)
+    echo "All-Reduce ucx${name:+ $name} / tcp per round: $(echo $rs) (median $(echo "$rs" | tr ' ' '\n' | median))"
+  done
 } | tee "$out/summary.md"
