@@ -24,7 +24,8 @@ namespace coll::kernels {
 // - E5M2 keeps IEEE overflow: a result of magnitude >= 61440 (max finite 57344 plus half an ulp)
 //   becomes +-inf; +-inf stays inf and NaN stays NaN.
 
-// dst[i] = a[i] op b[i]. dst may alias a or b. op is sum, prod, max or min (not avg).
+// dst[i] = a[i] op b[i]. dst may alias a or b. op is sum, prod, max or min (not avg). No pointer
+// needs element alignment (a transport may apply received bytes from any address).
 void reduce2(void* dst, const void* a, const void* b, size_t count, collDataType_t dtype, collRedOp_t op);
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], left to right (a fixed order, so all

@@ -349,6 +349,15 @@ struct VecTraits<F8E5M2Tag> : ScalarOnlyTraits<F8E5M2Tag> {};
 
 // ---- kernels -------------------------------------------------------------------------------------
 
+// An element at any address (memcpy: a plain move where the target allows it). reduce2's sources
+// need not be aligned: a transport may hand received bytes at an odd address (UCX's eager messages).
+template <class S>
+inline S loadUnaligned(const S* p) {
+  S s;
+  std::memcpy(&s, p, sizeof s);
+  return s;
+}
+
 template <class T, int Op>
 void reduce2Kernel(void* dstv, const void* av, const void* bv, size_t count) {
   using E = Elem<T>;
@@ -373,7 +382,10 @@ void reduce2Kernel(void* dstv, const void* av, const void* bv, size_t count) {
     }
     for (; i + W <= count; i += W) VT::store(dst + i, vecOp<Op>(VT::load(a + i), VT::load(b + i)));
   }
-  for (; i < count; ++i) dst[i] = E::store(scalarOp<Op, A>(E::load(a[i]), E::load(b[i])));
+  for (; i < count; ++i) {
+    const S r = E::store(scalarOp<Op, A>(E::load(loadUnaligned(a + i)), E::load(loadUnaligned(b + i))));
+    std::memcpy(dst + i, &r, sizeof r);
+  }
 }
 
 template <class T, int Op>
