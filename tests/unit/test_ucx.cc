@@ -73,46 +73,54 @@ struct Rank {
   ~Rank() { teardown(); }
 };
 
+// Runs body(r, rank) on n ranks, each on its own thread with its own bootstrap, net and
+// connections, then tears each down on that thread (a closing endpoint's flush needs its peer
+// to progress). A rank whose setup failed skips the body; that fails the test.
+template <class Body>
+void runRanks(int n, const UcxOptions& o, Body body) {
+  collUniqueId id = startRoot();
+  std::vector<Rank> ranks(n);
+  std::vector<Status> setup(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      setup[r] = ranks[r].setup(id, r, n, o);
+      if (setup[r].ok()) body(r, ranks[r]);
+      ranks[r].teardown();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(setup[r].ok()) << "rank " << r << ": " << setup[r].message();
+}
+
 class UcxTls : public ::testing::TestWithParam<const char*> {};
 
 // Both directions at once, 24 MiB through a 256 KiB ring: random commit and consume sizes, the
 // ring wraps ~100 times, and messages up to 64 KiB go eager or rendezvous as UCX decides.
 TEST_P(UcxTls, BidirectionalManyTimesTheRing) {
-  collUniqueId id = startRoot();
-  Rank ranks[2];
-  Status results[2];
-  std::string errors[2];
+  std::string errors[2], describe[2];
   bool ok[2] = {false, false};
   bool healthy[2] = {false, false};
   std::atomic<int> pumped{0}, checked{0};
-  std::string describe[2];
-  std::thread t[2];
+  runRanks(2, options(GetParam(), 256 << 10, 64 << 10), [&](int r, Rank& rank) {
+    Connection* c = rank.conns[1 - r].get();
+    ok[r] = pumpStream(c, 24 << 20, 10 + r, 11 - r, r, 100000, &errors[r]);
+    // Health is asked while both ends are still up: a peer that has finished and closed its
+    // endpoint is, rightly, an unreachable peer. Keep progressing until the other rank arrives.
+    auto arriveAndWait = [c](std::atomic<int>& arrived) {
+      arrived.fetch_add(1);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      bool progressed = false;
+      while (arrived.load() < 2 && std::chrono::steady_clock::now() < until && c->progress(&progressed).ok()) {
+        std::this_thread::yield();
+      }
+    };
+    arriveAndWait(pumped);
+    healthy[r] = c->checkHealth().ok();
+    arriveAndWait(checked);
+    describe[r] = rank.net->describe();
+  });
   for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 256 << 10, 64 << 10));
-      if (!results[r].ok()) return;
-      Connection* c = ranks[r].conns[1 - r].get();
-      ok[r] = pumpStream(c, 24 << 20, 10 + r, 11 - r, r, 100000, &errors[r]);
-      // Health is asked while both ends are still up: a peer that has finished and closed its
-      // endpoint is, rightly, an unreachable peer. Keep progressing until the other rank arrives.
-      auto arriveAndWait = [c](std::atomic<int>& arrived) {
-        arrived.fetch_add(1);
-        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        bool progressed = false;
-        while (arrived.load() < 2 && std::chrono::steady_clock::now() < until && c->progress(&progressed).ok()) {
-          std::this_thread::yield();
-        }
-      };
-      arriveAndWait(pumped);
-      healthy[r] = c->checkHealth().ok();
-      arriveAndWait(checked);
-      describe[r] = ranks[r].net->describe();
-      ranks[r].teardown();
-    });
-  }
-  for (auto& th : t) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
     EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
     EXPECT_TRUE(healthy[r]);
   }
@@ -123,25 +131,13 @@ TEST_P(UcxTls, BidirectionalManyTimesTheRing) {
 // in the ring by ucp_am_recv_data_nbx, eager ones are copied from UCX's buffer.
 TEST_P(UcxTls, EachProtocol) {
   for (const char* protocol : {"rndv", "eager"}) {
-    collUniqueId id = startRoot();
-    Rank ranks[2];
-    Status results[2];
-    std::string errors[2];
+    std::string errors[2], describe[2];
     bool ok[2] = {false, false};
-    std::string describe[2];
-    std::thread t[2];
+    runRanks(2, options(GetParam(), 512 << 10, 128 << 10, protocol), [&](int r, Rank& rank) {
+      describe[r] = rank.net->describe();
+      ok[r] = pumpStream(rank.conns[1 - r].get(), 8 << 20, 40 + r, 41 - r, 9 + r, 300000, &errors[r]);
+    });
     for (int r = 0; r < 2; ++r) {
-      t[r] = std::thread([&, r] {
-        results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 512 << 10, 128 << 10, protocol));
-        if (!results[r].ok()) return;
-        describe[r] = ranks[r].net->describe();
-        ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 8 << 20, 40 + r, 41 - r, 9 + r, 300000, &errors[r]);
-        ranks[r].teardown();
-      });
-    }
-    for (auto& th : t) th.join();
-    for (int r = 0; r < 2; ++r) {
-      ASSERT_TRUE(results[r].ok()) << protocol << " rank " << r << ": " << results[r].message();
       EXPECT_TRUE(ok[r]) << protocol << " rank " << r << ": " << errors[r];
       EXPECT_NE(describe[r].find(std::string("messages ") + protocol), std::string::npos) << describe[r];
     }
@@ -151,83 +147,45 @@ TEST_P(UcxTls, EachProtocol) {
 // Tiny slices: thousands of messages, so the message window (not only the byte credit) fills
 // and refills, and rendezvous-sized ones (1 MiB ring, 512 KiB messages) interleave with them.
 TEST_P(UcxTls, ManySmallMessagesInFlight) {
-  collUniqueId id = startRoot();
-  Rank ranks[2];
-  Status results[2];
   std::string errors[2];
   bool ok[2] = {false, false};
-  std::thread t[2];
-  for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 1 << 20, 512 << 10));
-      if (!results[r].ok()) return;
-      // Rank 0 sends and consumes in slices of up to 24 bytes, rank 1 in slices up to 700 KiB.
-      ok[r] = pumpStream(ranks[r].conns[1 - r].get(), 1 << 20, 30 + r, 31 - r, 5 + r, r == 0 ? 24 : 700000,
-                         &errors[r]);
-      ranks[r].teardown();
-    });
-  }
-  for (auto& th : t) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
-    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
-  }
+  runRanks(2, options(GetParam(), 1 << 20, 512 << 10), [&](int r, Rank& rank) {
+    // Rank 0 sends and consumes in slices of up to 24 bytes, rank 1 in slices up to 700 KiB.
+    ok[r] = pumpStream(rank.conns[1 - r].get(), 1 << 20, 30 + r, 31 - r, 5 + r, r == 0 ? 24 : 700000, &errors[r]);
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
 }
 
 // Three ranks, every pair at once (each rank pumps its peers in rank order, so pairs overlap and
 // one worker serves several connections).
 TEST_P(UcxTls, ThreeRanksAllPairs) {
-  collUniqueId id = startRoot();
   constexpr int n = 3;
-  Rank ranks[n];
-  Status results[n];
   std::string errors[n];
   bool ok[n] = {};
-  std::thread t[n];
-  for (int r = 0; r < n; ++r) {
-    t[r] = std::thread([&, r] {
-      results[r] = ranks[r].setup(id, r, n, options(GetParam(), 128 << 10, 32 << 10));
-      if (!results[r].ok()) return;
-      ok[r] = true;
-      for (int p = 0; p < n && ok[r]; ++p) {
-        if (p == r) continue;
-        ok[r] = pumpStream(ranks[r].conns[p].get(), 3 << 20, 100 * r + p, 100 * p + r, r, 50000, &errors[r]);
-      }
-      ranks[r].teardown();
-    });
-  }
-  for (auto& th : t) th.join();
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
-    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
-  }
+  runRanks(n, options(GetParam(), 128 << 10, 32 << 10), [&](int r, Rank& rank) {
+    ok[r] = true;
+    for (int p = 0; p < n && ok[r]; ++p) {
+      if (p == r) continue;
+      ok[r] = pumpStream(rank.conns[p].get(), 3 << 20, 100 * r + p, 100 * p + r, r, 50000, &errors[r]);
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
 }
 
 // Posted receives (the executor's path for UCX): eager messages are applied from UCX's buffer
 // straight to the post, the rest (rendezvous messages, units beyond the post, bytes behind ring
 // data) land in the ring; every byte arrives once, in order, both ways at once.
 TEST_P(UcxTls, PostedReceivesApplyEagerMessagesInPlace) {
-  collUniqueId id = startRoot();
-  Rank ranks[2];
-  Status results[2];
   std::string errors[2];
   bool ok[2] = {false, false};
   testutil::PumpPost posts[2];
   uint64_t inPlace[2] = {0, 0};
-  std::thread t[2];
+  runRanks(2, options(GetParam(), 256 << 10, 32 << 10), [&](int r, Rank& rank) {
+    auto* conn = static_cast<UcxConnection*>(rank.conns[1 - r].get());
+    ok[r] = pumpStream(conn, 8 << 20, 60 + r, 61 - r, 3 + r, 100000, &errors[r], {}, 8, &posts[r]);
+    inPlace[r] = conn->appliedInPlaceBytes();
+  });
   for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      results[r] = ranks[r].setup(id, r, 2, options(GetParam(), 256 << 10, 32 << 10));
-      if (!results[r].ok()) return;
-      auto* conn = static_cast<UcxConnection*>(ranks[r].conns[1 - r].get());
-      ok[r] = pumpStream(conn, 8 << 20, 60 + r, 61 - r, 3 + r, 100000, &errors[r], {}, 8, &posts[r]);
-      inPlace[r] = conn->appliedInPlaceBytes();
-      ranks[r].teardown();
-    });
-  }
-  for (auto& th : t) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
     EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
     EXPECT_EQ(inPlace[r], posts[r].appliedUnits * 8);
     // The receiver posts before every progress and drains the ring: over tcp (eager messages,
