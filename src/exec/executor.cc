@@ -142,7 +142,12 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   }
 
   conns_.resize(npeers);
-  posts_.assign(npeers, StepPost{});
+  // What a post applies with is fixed per plan; postRest fills in the step's part.
+  StepPost blank;
+  blank.apply = &Execution::applyPosted;
+  blank.dtype = schedule.dtype;
+  blank.op = schedule.op;
+  posts_.assign(npeers, blank);
   // Connections are made in ascending peer rank, not schedule order: a transport whose handshake
   // needs both sides at once (ib) would otherwise deadlock when ranks wait on each other in a
   // cycle (a ring whose first steps go to the next rank on every rank). Ascending order is the
@@ -442,8 +447,7 @@ bool Execution::progressRecv(int32_t index) {
 void Execution::postRest(int32_t index, Connection* c, uint64_t dn, uint64_t limit) {
   StepPost& post = posts_[stepPeer_[index]];
   if (post.unsupported) return;
-  const Schedule& sc = *schedule_;
-  const Step& s = sc.steps[index];
+  const Step& s = schedule_->steps[index];
   if (dn >= s.count) {
     if (post.step >= 0) c->postRecv(nullptr);
     post.step = -1;
@@ -454,13 +458,10 @@ void Execution::postRest(int32_t index, Connection* c, uint64_t dn, uint64_t lim
   post.streamPos = c->receivedBytes();
   post.units = limit - dn;
   post.unitBytes = unit;
-  post.apply = &Execution::applyPosted;
   post.applied = 0;
   post.reduce = s.kind == StepKind::RecvReduce;
   post.dst = dstPtr_[index] + dn * unit;
   post.src = post.reduce ? srcPtr_[index] + dn * unit : nullptr;
-  post.dtype = sc.dtype;
-  post.op = sc.op;
   if (!c->postRecv(&post)) {
     post.unsupported = true;
     post.step = -1;
