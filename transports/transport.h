@@ -41,6 +41,19 @@ class Connection {
   virtual std::span<std::byte> sendSpace() = 0;
   virtual void sendCommit(size_t bytes) = 0;
 
+  // Sends the next stream bytes straight from the caller's memory, when the transport can do so
+  // at once; returns how many it took (a multiple of `granule`; 0 when it cannot now, or never
+  // does). The bytes taken have left the caller's memory when it returns (they are in the
+  // kernel's or the transport's own buffers), so the caller may change that memory at once; it
+  // sends the rest through sendSpace()/sendCommit() as usual. Saves the copy into the send ring
+  // where the transport's send path copies anyway (UCX's eager sends over tcp).
+  virtual size_t sendDirect(const std::byte* src, size_t bytes, size_t granule) {
+    (void)src;
+    (void)bytes;
+    (void)granule;
+    return 0;
+  }
+
   // Contiguous received bytes not yet consumed (possibly empty), and their consumption.
   virtual std::span<const std::byte> recvData() = 0;
   virtual void recvConsume(size_t bytes) = 0;

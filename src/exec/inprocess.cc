@@ -2,6 +2,7 @@
 #include "exec/inprocess.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace coll {
@@ -19,6 +20,18 @@ std::span<std::byte> MemoryConnection::sendSpace() {
 
 void MemoryConnection::sendCommit(size_t bytes) {
   out_->head.store(out_->head.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
+}
+
+size_t MemoryConnection::sendDirect(const std::byte* src, size_t bytes, size_t granule) {
+  if (!directSends_ || granule == 0) return 0;
+  refuseNext_ = !refuseNext_;
+  if (!refuseNext_) return 0;
+  auto space = sendSpace();
+  const size_t n = std::min(bytes, space.size()) / granule * granule;
+  memcpy(space.data(), src, n);
+  sendCommit(n);
+  sentDirect_ += n;
+  return n;
 }
 
 std::span<const std::byte> MemoryConnection::recvData() {
@@ -69,7 +82,8 @@ Status InProcessLinks::connection(int peer, Connection** out) {
                      world_->nranks());
   }
   auto& c = connections_[peer];
-  if (!c) c = std::make_unique<MemoryConnection>(peer, world_->ring(rank_, peer), world_->ring(peer, rank_));
+  if (!c) c = std::make_unique<MemoryConnection>(peer, world_->ring(rank_, peer), world_->ring(peer, rank_),
+                                                 world_->options().directSends);
   *out = c.get();
   return okStatus();
 }

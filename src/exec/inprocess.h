@@ -29,10 +29,15 @@ struct MemoryRing {
 // A connection whose two directions are MemoryRings shared with the peer's MemoryConnection.
 class MemoryConnection final : public Connection {
  public:
-  MemoryConnection(int peer, MemoryRing* out, MemoryRing* in) : peer_(peer), out_(out), in_(in) {}
+  // directSends: sendDirect takes every other offer (copied straight into the peer's ring), so
+  // tests see the executor mix direct and ring sends in one stream.
+  MemoryConnection(int peer, MemoryRing* out, MemoryRing* in, bool directSends = false)
+      : peer_(peer), out_(out), in_(in), directSends_(directSends) {}
   int peer() const override { return peer_; }
   std::span<std::byte> sendSpace() override;
   void sendCommit(size_t bytes) override;
+  size_t sendDirect(const std::byte* src, size_t bytes, size_t granule) override;
+  uint64_t sentDirectBytes() const { return sentDirect_; }
   std::span<const std::byte> recvData() override;
   void recvConsume(size_t bytes) override;
   uint64_t sentBytes() const override { return out_->head.load(std::memory_order_relaxed); }
@@ -48,6 +53,9 @@ class MemoryConnection final : public Connection {
   int peer_;
   MemoryRing* out_;
   MemoryRing* in_;
+  bool directSends_;
+  bool refuseNext_ = false;
+  uint64_t sentDirect_ = 0;
 };
 
 // Heap windows for the ranks [firstRank, firstRank + size) of one host (or any ascending list of
@@ -103,6 +111,7 @@ struct InProcessOptions {
   uint64_t windowHalfBytes = 64 * 1024;  // per rank and half
   int publishSlots = 4;
   size_t sliceBytes = 0;                 // executor slice override (0 = COLL_SLICE_BYTES)
+  bool directSends = false;              // connections take every other sendDirect offer
 };
 
 // N ranks, `ranksPerHost` consecutive ranks per host (hosts with more than one rank get

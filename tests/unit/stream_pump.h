@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transports/transport.h"
 
@@ -39,10 +40,12 @@ struct PumpPost : PostedRecv {
 // `idle` runs when a pass moved nothing (default: yield); shared-memory tests sleep there.
 // `postUnit` > 0: both ends move whole units of that many bytes, and the receiver posts its next
 // units (a random number of them, as dependencies would allow) before each progress; `post`
-// (optional) reports what the transport applied in place.
+// (optional) reports what the transport applied in place. `direct` (optional): the sender offers
+// each slice to Connection::sendDirect first, from a buffer it scribbles over as soon as the call
+// returns (the transport must not read it later), and counts there the bytes taken.
 inline bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed,
                        size_t maxSlice, std::string* error, const std::function<void()>& idle = {},
-                       size_t postUnit = 0, PumpPost* post = nullptr) {
+                       size_t postUnit = 0, PumpPost* post = nullptr, uint64_t* direct = nullptr) {
   std::mt19937 rng(rngSeed);
   uint64_t sent = 0, received = 0;
   PumpPost own;
@@ -53,6 +56,19 @@ inline bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_
   auto start = std::chrono::steady_clock::now();
   while (sent < total || received < total || !c->sendsFlushed()) {
     bool moved = false;
+    if (direct != nullptr && sent < total) {
+      std::vector<std::byte> scratch(std::min<uint64_t>(total - sent, 1 + rng() % maxSlice));
+      for (size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::byte{patternByte(sent + i, sendSeed)};
+      const size_t n = c->sendDirect(scratch.data(), scratch.size(), unit);
+      std::fill(scratch.begin(), scratch.end(), std::byte{0xEE});
+      if (n % unit != 0 || n > scratch.size()) {
+        *error = "sendDirect took " + std::to_string(n) + " of " + std::to_string(scratch.size()) + " bytes";
+        return false;
+      }
+      sent += n;
+      *direct += n;
+      if (n > 0) moved = true;
+    }
     if (sent < total) {
       auto space = c->sendSpace();
       if (!space.empty()) {

@@ -44,72 +44,89 @@ Status runPair(InProcessWorld& world, std::vector<Schedule>& schedules, std::vec
 
 TEST(Executor, PaddingBetweenStepsAndCalls) {
   // int8 steps of 7 leave the stream off 8-byte alignment; the next step and the next call (float32)
-  // must still line up on both sides, across ring wraps.
-  InProcessOptions o;
-  o.ringBytes = 128;
-  InProcessWorld world(2, 2, o);
-  std::vector<int8_t> src(21), dst(21, 0);
-  std::iota(src.begin(), src.end(), 1);
-  std::vector<Schedule> s(2);
-  s[0].dtype = s[1].dtype = collInt8;
-  for (uint64_t k = 0; k < 3; ++k) {
-    s[0].addStep(sendStep(1, sendAt(k * 7), 7));
-    s[1].addStep(recvStep(0, recvAt(k * 7), 7));
-  }
-  std::vector<ExecBuffers> b = {{src.data(), nullptr}, {nullptr, dst.data()}};
-  Status st = runPair(world, s, b, 1);
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(src, dst);
-  EXPECT_EQ(world.ring(0, 1)->head.load(), 7u + 1 + 7 + 1 + 7);
+  // must still line up on both sides, across ring wraps; also when sends go direct (sendDirect).
+  for (bool direct : {false, true}) {
+    InProcessOptions o;
+    o.ringBytes = 128;
+    o.directSends = direct;
+    InProcessWorld world(2, 2, o);
+    std::vector<int8_t> src(21), dst(21, 0);
+    std::iota(src.begin(), src.end(), 1);
+    std::vector<Schedule> s(2);
+    s[0].dtype = s[1].dtype = collInt8;
+    for (uint64_t k = 0; k < 3; ++k) {
+      s[0].addStep(sendStep(1, sendAt(k * 7), 7));
+      s[1].addStep(recvStep(0, recvAt(k * 7), 7));
+    }
+    std::vector<ExecBuffers> b = {{src.data(), nullptr}, {nullptr, dst.data()}};
+    Status st = runPair(world, s, b, 1);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(src, dst);
+    EXPECT_EQ(world.ring(0, 1)->head.load(), 7u + 1 + 7 + 1 + 7);
 
-  std::vector<float> fsrc(1000), fdst(1000, 0);
-  std::iota(fsrc.begin(), fsrc.end(), 0.5f);
-  std::vector<Schedule> f(2);
-  f[0].addStep(sendStep(1, sendAt(0), 1000));
-  f[1].addStep(recvStep(0, recvAt(0), 1000));
-  b = {{fsrc.data(), nullptr}, {nullptr, fdst.data()}};
-  st = runPair(world, f, b, 2);
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(fsrc, fdst);
-  EXPECT_EQ(world.ring(0, 1)->head.load(), 24u + 4000);
+    std::vector<float> fsrc(1000), fdst(1000, 0);
+    std::iota(fsrc.begin(), fsrc.end(), 0.5f);
+    std::vector<Schedule> f(2);
+    f[0].addStep(sendStep(1, sendAt(0), 1000));
+    f[1].addStep(recvStep(0, recvAt(0), 1000));
+    b = {{fsrc.data(), nullptr}, {nullptr, fdst.data()}};
+    st = runPair(world, f, b, 2);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(fsrc, fdst);
+    EXPECT_EQ(world.ring(0, 1)->head.load(), 24u + 4000);
+  }
 }
 
 TEST(Executor, SlicingAndFusedReduce) {
-  // Bidirectional exchange with RecvReduce in place, many slice sizes and ring sizes.
-  for (size_t ring : {64, 192, 4096}) {
-    for (size_t slice : {1, 8, 100, 1 << 20}) {
-      InProcessOptions o;
-      o.ringBytes = ring;
-      o.sliceBytes = slice;
-      InProcessWorld world(2, 1, o);
-      const uint64_t n = 777;
-      std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(n));
-      for (uint64_t i = 0; i < n; ++i) buf[0][i] = static_cast<int32_t>(i), buf[1][i] = static_cast<int32_t>(3 * i);
-      std::vector<Schedule> s(2);
-      std::vector<ExecBuffers> b(2);
-      for (int r = 0; r < 2; ++r) {
-        s[r].dtype = collInt32;
-        s[r].addStep(sendStep(1 - r, sendAt(0), n));
-        // Reduce into a copy so the send above keeps reading the original.
-        Step rr = recvStep(1 - r, scratchAt(0), n, StepKind::RecvReduce);
-        rr.src = sendAt(0);
-        int32_t rri = s[r].addStep(rr);
-        Step c;
-        c.kind = StepKind::Copy;
-        c.src = scratchAt(0);
-        c.dst = recvAt(0);
-        c.count = n;
-        int32_t ci = s[r].addStep(c);
-        s[r].addDep(ci, stepDep(rri));
-        s[r].scratchBytes = n * 4;
-      }
-      std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(n, -1));
-      b = {{buf[0].data(), out[0].data()}, {buf[1].data(), out[1].data()}};
-      Status st = runPair(world, s, b, 1);
-      ASSERT_TRUE(st.ok()) << st.message();
-      for (uint64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(out[0][i], static_cast<int32_t>(4 * i)) << "ring " << ring << " slice " << slice;
-        ASSERT_EQ(out[1][i], static_cast<int32_t>(4 * i));
+  // Bidirectional exchange with RecvReduce in place, many slice sizes and ring sizes; and with
+  // connections that take every other send straight from the source (Connection::sendDirect).
+  for (bool direct : {false, true}) {
+    for (size_t ring : {64, 192, 4096}) {
+      for (size_t slice : {1, 8, 100, 1 << 20}) {
+        InProcessOptions o;
+        o.ringBytes = ring;
+        o.sliceBytes = slice;
+        o.directSends = direct;
+        InProcessWorld world(2, 1, o);
+        const uint64_t n = 777;
+        std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(n));
+        for (uint64_t i = 0; i < n; ++i) buf[0][i] = static_cast<int32_t>(i), buf[1][i] = static_cast<int32_t>(3 * i);
+        std::vector<Schedule> s(2);
+        std::vector<ExecBuffers> b(2);
+        for (int r = 0; r < 2; ++r) {
+          s[r].dtype = collInt32;
+          s[r].addStep(sendStep(1 - r, sendAt(0), n));
+          // Reduce into a copy so the send above keeps reading the original.
+          Step rr = recvStep(1 - r, scratchAt(0), n, StepKind::RecvReduce);
+          rr.src = sendAt(0);
+          int32_t rri = s[r].addStep(rr);
+          Step c;
+          c.kind = StepKind::Copy;
+          c.src = scratchAt(0);
+          c.dst = recvAt(0);
+          c.count = n;
+          int32_t ci = s[r].addStep(c);
+          s[r].addDep(ci, stepDep(rri));
+          s[r].scratchBytes = n * 4;
+        }
+        std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(n, -1));
+        b = {{buf[0].data(), out[0].data()}, {buf[1].data(), out[1].data()}};
+        Status st = runPair(world, s, b, 1);
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (uint64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(out[0][i], static_cast<int32_t>(4 * i)) << "ring " << ring << " slice " << slice;
+          ASSERT_EQ(out[1][i], static_cast<int32_t>(4 * i));
+        }
+        Connection* c = nullptr;
+        ASSERT_TRUE(world.links(0).connection(1, &c).ok());
+        const uint64_t sentDirect = static_cast<MemoryConnection*>(c)->sentDirectBytes();
+        if (direct) {
+          EXPECT_GT(sentDirect, 0u) << "ring " << ring << " slice " << slice;
+          // A ring smaller than the data: the offers the connection refused went through it.
+          if (ring < n * 4) EXPECT_LT(sentDirect, n * 4) << "ring " << ring << " slice " << slice;
+        } else {
+          EXPECT_EQ(sentDirect, 0u);
+        }
       }
     }
   }

@@ -65,8 +65,10 @@ Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
 }
 
 UcxConnection::~UcxConnection() {
-  COLL_INFO(rank_, "UCX connection to rank %d: received %llu bytes, %llu of them applied in place to posted receives",
-            peer_, static_cast<unsigned long long>(consumed_), static_cast<unsigned long long>(appliedInPlace_));
+  COLL_INFO(rank_, "UCX connection to rank %d: received %llu bytes, %llu of them applied in place to posted receives; "
+            "sent %llu bytes, %llu of them straight from the caller's memory", peer_,
+            static_cast<unsigned long long>(consumed_), static_cast<unsigned long long>(appliedInPlace_),
+            static_cast<unsigned long long>(committed_), static_cast<unsigned long long>(sentDirect_));
   net_.stopIdleProgress();  // teardown progresses the worker on this thread
   net_.forget(peer_);
   closeEndpoint();
@@ -134,6 +136,14 @@ std::span<std::byte> UcxConnection::sendSpace() {
   const uint64_t used = committed_ - sendFreed_;
   const uint64_t offset = committed_ % ring_;
   uint64_t n = std::min(ring_ - used, ring_ - offset);
+  if (directSends_ && directOffered_ && directRefusals_ < kDirectTrials) {
+    // Not ahead of the receiver's window while direct sends work: bytes copied into the ring now
+    // could only wait there, while those the window opens for later can go straight from the
+    // caller (sendDirect). A caller that never offers direct sends, or one whose offers UCX keeps
+    // refusing (its messages are too large for an eager short send), may copy ahead.
+    const uint64_t window = peerConsumed_ + ring_;
+    n = std::min(n, window > committed_ ? window - committed_ : 0);
+  }
   if (committed_ % 8 == 0) n &= ~uint64_t{7};
   return {sendRing_ + offset, n};
 }
@@ -199,6 +209,74 @@ void UcxConnection::postSends() {
       ++outstanding_;
     }
   }
+}
+
+size_t UcxConnection::sendDirect(const std::byte* src, size_t bytes, size_t granule) {
+  directOffered_ = true;
+  if (sendFlags_ == UCP_AM_SEND_FLAG_RNDV) directSends_ = false;  // rendezvous holds the caller's memory
+  if (!directSends_ || ep_ == nullptr || !error_.ok() || granule == 0) return 0;
+  // A direct message must be the stream's next: whatever the ring holds goes first.
+  postSends();
+  size_t took = 0;
+  while (posted_ == committed_ && sendSeq_ - sendDoneSeq_ < kMaxSends && sendSeq_ - peerMessages_ < kMaxMessages) {
+    // The same limits as a ring message (the receiver's window, its ring's end, the message
+    // size), and the send ring's view of the stream (sendSpace counts these bytes as in use until
+    // they complete, which is at once).
+    const uint64_t window = peerConsumed_ + ring_ - posted_;
+    uint64_t len = std::min({static_cast<uint64_t>(bytes - took), ring_ - posted_ % ring_, window, messageBytes_,
+                             ring_ - (committed_ - sendFreed_)});
+    len -= len % granule;
+    if (len == 0) break;
+    SendSlot& slot = slots_->sends[sendSeq_ % kMaxSends];
+    slot.header = DataHeader{kDataMagic, rank_, sendSeq_, posted_, len};
+    slot.end = posted_ + len;
+    slot.done = true;
+    ucp_request_param_t p{};
+    // Immediate completion or nothing: UCX either sends the bytes or copies what the socket does
+    // not take before returning (its eager short protocol), or refuses with UCS_ERR_NO_RESOURCE.
+    // It never keeps a reference to the caller's memory, which may change once we return.
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    if (sendFlags_ != 0) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = sendFlags_;
+    }
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), src + took, len, &p);
+    if (r != nullptr) {
+      if (UCS_PTR_IS_PTR(r)) {
+        // Against UCX's contract for FORCE_IMM_CMPL: the request may still read the caller's
+        // memory, so it is finished here before returning (bounded; a failure fails the peer).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTeardownMs);
+        ucs_status_t st;
+        while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
+          ucp_worker_progress(net_.worker());
+        }
+        ucp_request_free(r);
+        if (st != UCS_OK) {
+          onEndpointError(st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st);
+          break;
+        }
+      } else {
+        if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE) {
+          onEndpointError(UCS_PTR_STATUS(r));
+        } else if (++directRefusals_ >= kDirectTrials && !directEverTaken_) {
+          directSends_ = false;
+          COLL_INFO(rank_, "UCX connection to rank %d: UCX refused %d immediate sends in a row; sending through the "
+                    "ring only", peer_, kDirectTrials);
+        }
+        break;
+      }
+    }
+    directEverTaken_ = true;
+    directRefusals_ = 0;
+    posted_ += len;
+    committed_ += len;
+    ++sendSeq_;
+    ++events_;
+    sentDirect_ += len;
+    took += len;
+    advanceSends();
+  }
+  return took;
 }
 
 void UcxConnection::creditDone(void* request, ucs_status_t status, void* user) {

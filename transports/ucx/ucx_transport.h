@@ -187,6 +187,7 @@ class UcxConnection final : public Connection {
   int peer() const override { return peer_; }
   std::span<std::byte> sendSpace() override;
   void sendCommit(size_t bytes) override { committed_ += bytes; }
+  size_t sendDirect(const std::byte* src, size_t bytes, size_t granule) override;
   std::span<const std::byte> recvData() override;
   void recvConsume(size_t bytes) override { consumed_ += bytes; }
   uint64_t sentBytes() const override { return committed_; }
@@ -201,6 +202,8 @@ class UcxConnection final : public Connection {
   }
   // Received bytes applied straight from UCX's buffers to a posted receive (not via the ring).
   uint64_t appliedInPlaceBytes() const { return appliedInPlace_; }
+  // Sent bytes UCX took straight from the caller's memory (sendDirect, not via the ring).
+  uint64_t sentDirectBytes() const { return sentDirect_; }
 
   // Message handlers (called from inside ucp_worker_progress).
   void onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param);
@@ -257,6 +260,14 @@ class UcxConnection final : public Connection {
   uint64_t ring_ = 0;
   uint64_t messageBytes_ = 0;
   uint32_t sendFlags_ = 0;
+  // sendDirect: off for good once UCX has refused kDirectTrials offers in a row without ever
+  // taking one (its transports have no eager short protocol for messages this size, e.g. rc).
+  static constexpr int kDirectTrials = 64;
+  bool directSends_ = true;
+  bool directOffered_ = false;  // the caller sends direct (then sendSpace keeps to the window)
+  bool directEverTaken_ = false;
+  int directRefusals_ = 0;  // in a row (UCS_ERR_NO_RESOURCE)
+  uint64_t sentDirect_ = 0;
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;
   ucp_mem_h sendMemh_ = nullptr;
