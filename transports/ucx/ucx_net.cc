@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -266,6 +267,7 @@ void UcxNet::enterCall() {
 void UcxNet::leaveCall() {
   std::lock_guard<std::mutex> lock(idleMu_);
   inCall_ = false;
+  if (parked_) idleCv_.notify_one();  // a system call only when the thread sleeps there
   if (idleThread_.joinable() || idleStop_) return;
   // Started after the first call, on the thread that runs calls: a net that only the NCCL net
   // plugin drives (no calls) never has one.
@@ -296,11 +298,19 @@ void UcxNet::idleProgress() {
   for (;;) {
     pollfd fds[2] = {{idleWakeFd_, POLLIN, 0}, {eventFd_, POLLIN, 0}};
     (void)::poll(fds, watchEvents ? 2 : 1, watchEvents ? kWatchMs : kIdleMs);
-    std::lock_guard<std::mutex> lock(idleMu_);
+    std::unique_lock<std::mutex> lock(idleMu_);
     if (idleStop_) return;
-    if (inCall_ || calls_ != seen) {
-      // The owner is in a call or has been since the last look: the worker is its business (and
-      // its event fd is not watched meanwhile, or this thread would wake on every event).
+    if (inCall_) {
+      // The owner is in a call, which progresses the worker itself: sleep until it leaves (a
+      // long call would otherwise wake this thread every kIdleMs, taking a core from a rank).
+      parked_ = true;
+      idleCv_.wait(lock, [this] { return !inCall_ || idleStop_; });
+      parked_ = false;
+      if (idleStop_) return;
+    }
+    if (calls_ != seen) {
+      // The owner has been in a call since the last look: the worker is its business (and its
+      // event fd is not watched meanwhile, or this thread would wake on every event).
       seen = calls_;
       watchEvents = false;
       continue;
@@ -315,6 +325,7 @@ void UcxNet::stopIdleProgress() {
   {
     std::lock_guard<std::mutex> lock(idleMu_);
     idleStop_ = true;
+    idleCv_.notify_one();
   }
   if (idleWakeFd_ < 0) return;
   const uint64_t one = 1;

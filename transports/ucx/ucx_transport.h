@@ -5,6 +5,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -123,8 +124,11 @@ class UcxNet final : public NetTransport {
   // rank whose call ended and that then waits elsewhere (another lane, its own computation) would
   // leave its peer waiting for the rest. So between calls a thread of the net's own progresses
   // the worker, once the owner has stayed out of calls for a while (back-to-back calls never
-  // wake it). idleMu_ hands the worker over: the owner holds inCall_ for a whole call.
+  // wake it; during a call it sleeps on idleCv_). idleMu_ hands the worker over: the owner holds
+  // inCall_ for a whole call.
   std::mutex idleMu_;
+  std::condition_variable idleCv_;  // the thread waits here while the owner is in a call
+  bool parked_ = false;             // ... and says so, so leaveCall notifies only then
   bool inCall_ = false;
   bool idleStop_ = false;
   uint64_t calls_ = 0;  // calls entered, so the thread sees an owner that came and went
