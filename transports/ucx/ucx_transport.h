@@ -40,7 +40,7 @@ void ucxParkForever(const void* p);
 struct UcxOptions {
   std::string tls;                       // COLL_UCX_TLS; empty = UCX's own choice
   uint64_t ringBytes = 4ull << 20;       // COLL_UCX_RING_BYTES (each of send and receive)
-  uint64_t messageBytes = 512ull << 10;  // COLL_UCX_MESSAGE_BYTES
+  uint64_t messageBytes = 1ull << 20;    // COLL_UCX_MESSAGE_BYTES
   std::string protocol = "auto";          // COLL_UCX_PROTOCOL: auto, eager or rndv
   std::string config;                     // COLL_UCX_CONFIG: NAME=VALUE;... for ucp_config_modify
   bool configIsDefault = true;            // COLL_UCX_CONFIG unset: its default tunes UCX's tcp only
