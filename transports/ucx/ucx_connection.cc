@@ -174,39 +174,49 @@ void UcxConnection::advanceSends() {
   }
 }
 
+uint64_t UcxConnection::messageRoom() const {
+  if (sendSeq_ - sendDoneSeq_ >= kMaxSends || sendSeq_ - peerMessages_ >= kMaxMessages) return 0;
+  const uint64_t limit = peerConsumed_ + ring_;
+  if (posted_ >= limit) return 0;
+  return std::min({ring_ - posted_ % ring_, limit - posted_, messageBytes_});
+}
+
+UcxConnection::SendSlot& UcxConnection::startMessage(uint64_t len, ucp_request_param_t* p) {
+  SendSlot& slot = slots_->sends[sendSeq_ % kMaxSends];
+  slot.header = DataHeader{kDataMagic, rank_, sendSeq_, posted_, len};
+  slot.end = posted_ + len;
+  slot.done = true;
+  if (sendFlags_ != 0) {
+    p->op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p->flags = sendFlags_;
+  }
+  return slot;
+}
+
+void UcxConnection::messagePosted(uint64_t len) {
+  posted_ += len;
+  ++sendSeq_;
+  ++events_;
+}
+
 void UcxConnection::postSends() {
   while (posted_ < committed_ && error_.ok() && ep_ != nullptr) {
-    if (sendSeq_ - sendDoneSeq_ >= kMaxSends) return;
-    if (sendSeq_ - peerMessages_ >= kMaxMessages) return;
-    const uint64_t limit = peerConsumed_ + ring_;
-    if (posted_ >= limit) return;
-    const uint64_t offset = posted_ % ring_;
-    const uint64_t len = std::min({committed_ - posted_, ring_ - offset, limit - posted_, messageBytes_});
-    SendSlot& slot = slots_->sends[sendSeq_ % kMaxSends];
-    slot.header = DataHeader{kDataMagic, rank_, sendSeq_, posted_, len};
-    slot.end = posted_ + len;
-    slot.done = false;
+    const uint64_t len = std::min(committed_ - posted_, messageRoom());
+    if (len == 0) return;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    SendSlot& slot = startMessage(len, &p);
     p.cb.send = sendDone;
     p.user_data = &slot;
     p.memh = sendMemh_;
-    if (sendFlags_ != 0) {
-      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = sendFlags_;
-    }
     ucs_status_ptr_t r =
-        ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), sendRing_ + offset, len, &p);
-    posted_ += len;
-    ++sendSeq_;
-    ++events_;
-    if (r == nullptr) {
-      slot.done = true;
-    } else if (UCS_PTR_IS_ERR(r)) {
-      slot.done = true;
-      onEndpointError(UCS_PTR_STATUS(r));
-    } else {
+        ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), sendRing_ + posted_ % ring_, len, &p);
+    messagePosted(len);
+    if (UCS_PTR_IS_PTR(r)) {
+      slot.done = false;
       ++outstanding_;
+    } else if (UCS_PTR_IS_ERR(r)) {
+      onEndpointError(UCS_PTR_STATUS(r));
     }
   }
 }
@@ -218,28 +228,18 @@ size_t UcxConnection::sendDirect(const std::byte* src, size_t bytes, size_t gran
   // A direct message must be the stream's next: whatever the ring holds goes first.
   postSends();
   size_t took = 0;
-  while (posted_ == committed_ && sendSeq_ - sendDoneSeq_ < kMaxSends && sendSeq_ - peerMessages_ < kMaxMessages) {
-    // The same limits as a ring message (the receiver's window, its ring's end, the message
-    // size), and the send ring's view of the stream (sendSpace counts these bytes as in use until
-    // they complete, which is at once).
-    const uint64_t window = peerConsumed_ + ring_ - posted_;
-    uint64_t len = std::min({static_cast<uint64_t>(bytes - took), ring_ - posted_ % ring_, window, messageBytes_,
-                             ring_ - (committed_ - sendFreed_)});
+  while (posted_ == committed_) {
+    // A ring message's limits, and the send ring's view of the stream (sendSpace counts these
+    // bytes as in use until they complete, which is at once).
+    uint64_t len = std::min({static_cast<uint64_t>(bytes - took), messageRoom(), ring_ - (committed_ - sendFreed_)});
     len -= len % granule;
     if (len == 0) break;
-    SendSlot& slot = slots_->sends[sendSeq_ % kMaxSends];
-    slot.header = DataHeader{kDataMagic, rank_, sendSeq_, posted_, len};
-    slot.end = posted_ + len;
-    slot.done = true;
     ucp_request_param_t p{};
     // Immediate completion or nothing: UCX either sends the bytes or copies what the socket does
     // not take before returning (its eager short protocol), or refuses with UCS_ERR_NO_RESOURCE.
     // It never keeps a reference to the caller's memory, which may change once we return.
     p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    if (sendFlags_ != 0) {
-      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = sendFlags_;
-    }
+    SendSlot& slot = startMessage(len, &p);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), src + took, len, &p);
     if (r != nullptr) {
       if (UCS_PTR_IS_PTR(r)) {
@@ -268,10 +268,8 @@ size_t UcxConnection::sendDirect(const std::byte* src, size_t bytes, size_t gran
     }
     directEverTaken_ = true;
     directRefusals_ = 0;
-    posted_ += len;
     committed_ += len;
-    ++sendSeq_;
-    ++events_;
+    messagePosted(len);
     sentDirect_ += len;
     took += len;
     advanceSends();

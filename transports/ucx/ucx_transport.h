@@ -245,6 +245,13 @@ class UcxConnection final : public Connection {
   static void recvDone(void* request, ucs_status_t status, size_t length, void* user);
   static void creditDone(void* request, ucs_status_t status, void* user);
   void fail(Status status);
+  // The longest message that may start at posted_ now: the message and send windows, the
+  // receiver's credit, its ring's end, COLL_UCX_MESSAGE_BYTES (0: none may).
+  uint64_t messageRoom() const;
+  // The next message's slot (header for `len` bytes at posted_, done until a request holds it)
+  // and the send flags in `p`; messagePosted moves the stream on once UCX has it.
+  SendSlot& startMessage(uint64_t len, ucp_request_param_t* p);
+  void messagePosted(uint64_t len);
   void postSends();
   void maybeReturnCredit();
   void advanceReceived();
