@@ -244,6 +244,18 @@ double treeBusyFactor(int64_t members) { return members > 2 ? 2.0 : 1.0; }
 // of 4 (8 B) 1.4-1.5, the ring's steps of 4 1.4; 0.75 * 8 / 2 = 3 and 0.75 * 4 / 2 = 1.5.
 constexpr double kInterMessageCpuShare = 0.75;
 
+// The same share for the steps of a ring, where every connection carries bytes one way: fitted on
+// 4 x 2 emulated hosts at 32 KiB (2026-12-03, inter-host alpha probed at 32-35 us): the flat ring's
+// steps of 4 messages across hosts ran 34 us (0.5 * 4 / 2 = 1 alpha), hierarchical's ring across
+// hosts, 8 messages a step (two flows per NIC), 66-70 us (2 alphas, which its bytes, 65.5 us at
+// 1 Gbit/s, about equal).
+constexpr double kRingMessageCpuShare = 0.5;
+
+// How a round's partners exchange: pairwise (both ways on each connection, recursive doubling and
+// halving, trees, the torus's two directions) or as a ring (each rank sends to one and receives
+// from another; each connection carries bytes one way).
+enum class StepFlow { Exchange, Ring };
+
 // How many alphas one round's messages across hosts take. A shared NIC handles the messages of the
 // ranks crossing through it one after another: k ranks sending at once pay k alphas (their
 // per-message cost, as well as their bytes); one rank's own concurrent messages (both directions
@@ -252,10 +264,11 @@ constexpr double kInterMessageCpuShare = 0.75;
 // mostly CPU time (system calls, the kernel's TCP stack, waking the receiver): the round's
 // messages from that machine share its CPUs, not a NIC, so a round costs its messages' CPU time
 // spread over the CPUs, and at least one alpha.
-double interAlphas(const PlannerInputs& in, const StepLoad& l) {
+double interAlphas(const PlannerInputs& in, const StepLoad& l, StepFlow flow = StepFlow::Exchange) {
   const PlannerShape& sh = in.shape;
   if (sh.machineCpus > 0) {
-    return std::max(1.0, kInterMessageCpuShare * l.machineInter * l.sendingShare / sh.machineCpus);
+    const double share = flow == StepFlow::Ring ? kRingMessageCpuShare : kInterMessageCpuShare;
+    return std::max(1.0, share * l.machineInter * l.sendingShare / sh.machineCpus);
   }
   return std::max(1.0, std::min(l.interPerNic, static_cast<double>(sh.ranksPerNic)));
 }
@@ -314,7 +327,7 @@ double sliceBytesOf(const PlannerInputs& in) {
 
 // `reduce`: chunks a rank reduces per step (0 = none; 2 for both directions of a torus dimension).
 double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, double interFraction, double chunk,
-                     double reduce) {
+                     double reduce, StepFlow flow = StepFlow::Exchange) {
   if (steps <= 0) return 0;
   const double s = std::min(chunk, sliceBytesOf(in));
   const double g = reduce > 0 ? in.gamma : 0;
@@ -333,8 +346,19 @@ double streamedSteps(const PlannerInputs& in, double steps, const StepLoad& l, d
   const bool oneSlice = chunk <= s;
   const double intraBytes = s * (oneSlice ? std::max(1, l.intraPerRank) : 1);
   const double interBytes = s * (oneSlice ? std::max(1.0, l.interPerNic) : 1.0);
-  const double hop = (1 - f) * (in.intraHost.alpha + intraBytes * in.intraHost.beta) +
-                     f * (interAlphas(in, l) * in.interHost.alpha + interBytes * in.interHost.beta);
+  // On an oversubscribed machine a ring's messages across hosts cost their CPU time or their
+  // bytes on the NIC, whichever is longer, not both: while the CPUs handle one step's messages the
+  // NIC (here a token bucket, which fills while the link idles) sends what the previous handed
+  // it. Measured on 4 x 2 emulated hosts at 32 KiB (inter-host alpha 32-35 us): the flat ring's
+  // steps ran at their bytes alone, 34 us for 32.8 us of bytes; hierarchical's ring across hosts
+  // at 66-70 us for 65.5 us of bytes, where the sum priced it at 102 + 65.5 us and the planner took
+  // hierarchical's recursive doubling (555 us measured) or the flat ring (485 us) over it (435 us).
+  // Pairwise exchanges pay both: recursive doubling's rounds there ran their bytes + 1-1.5 alphas.
+  const double interAlpha = interAlphas(in, l, flow) * in.interHost.alpha;
+  const double interHop = flow == StepFlow::Ring && in.shape.machineCpus > 0
+                              ? std::max(interAlpha, interBytes * in.interHost.beta)
+                              : interAlpha + interBytes * in.interHost.beta;
+  const double hop = (1 - f) * (in.intraHost.alpha + intraBytes * in.intraHost.beta) + f * interHop;
   return steps * std::max(busy, hop + s * g);
 }
 
@@ -356,8 +380,8 @@ double interHostAllReduce(const PlannerInputs& in, AlgoId algo, double m, int fl
   const StepLoad one{0, static_cast<double>(flows), machineFlows};
   switch (algo) {
     case AlgoId::Ring:
-      return streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 1) +
-             streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 0);
+      return streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 1, StepFlow::Ring) +
+             streamedSteps(in, static_cast<double>(h - 1), one, 1, m / h, 0, StepFlow::Ring);
     case AlgoId::Tree: {
       // Double binary tree over the hosts: a busy member sends and receives twice each chunk.
       const int depth = 2 * log2Floor(h);
@@ -467,8 +491,8 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
       // Only the ranks holding a non-empty chunk send in a step.
       const StepLoad l =
           withSendingShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
-      c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1) +
-                  streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0);
+      c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1, StepFlow::Ring) +
+                  streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0, StepFlow::Ring);
       break;
     }
     case AlgoId::Direct:

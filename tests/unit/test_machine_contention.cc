@@ -169,15 +169,15 @@ TEST(PlannerContention, MessagesAcrossHostsShareTheCpusOfAnOversubscribedMachine
 }
 
 TEST(PlannerContention, ATinyRingCountsOnlyItsSenders) {
-  // 4 x 2 on 2 CPUs, hops inside hosts slower than those across (so a step's latency along the
-  // path, not the one-alpha floor, decides): a step's 4 crossings take 1.5 alphas of CPU when
-  // every rank holds a chunk, one with 2 elements (2 senders).
-  Inputs busy(emulated(4, 2, 2));
+  // 4 x 2 on 1 CPU, hops inside hosts slower than those across (so a step's latency along the
+  // path, not the one-alpha floor, decides): a step's 4 crossings take 2 alphas of CPU when every
+  // rank holds a chunk (a ring's share, 0.5 per message), one with 2 elements (2 senders).
+  Inputs busy(emulated(4, 2, 1));
   latencyOnly(&busy);
   busy.in.interHost.alpha = 100e-6;
-  busy.in.intraHost.alpha = 120e-6;  // hops: 0.5 * 120 + 0.5 * (1.5 or 1) * 100 > one alpha
+  busy.in.intraHost.alpha = 120e-6;  // hops: 0.5 * 120 + 0.5 * (2 or 1) * 100 > one alpha
   const double ai = busy.in.intraHost.alpha, ae = busy.in.interHost.alpha;
-  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * 1.5 * ae), 1e-12);
+  EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * 2 * ae), 1e-12);
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 2), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
   // Unknown element count: every rank counted busy.
   EXPECT_NEAR(predictAlgo(busy.in, CollKind::AllReduce, AlgoId::Ring, 8, 0).seconds,
@@ -233,6 +233,55 @@ TEST(PlannerContention, EightBytesOnAnOversubscribedTwoByFourClusterTakeHierarch
   busy.in.interHost = {68e-6, 1 / 0.112e9};
   busy.in.gamma = 1 / 45e9;
   EXPECT_EQ(eightBytePlan(busy.in).rfind("hier", 0), 0u) << eightBytePlan(busy.in);
+}
+
+TEST(PlannerContention, ARingsBytesHideItsCpuTimeOnAnOversubscribedMachine) {
+  // Hierarchical over 4 x 2 emulated hosts on 2 CPUs, only the step across hosts priced: each of
+  // its ring's 6 steps sends 2 flows' chunks through every NIC (8 messages on the machine: 2
+  // alphas at a ring's share of 0.5 per message) and costs the longer of that CPU time and the
+  // bytes, not their sum; recursive doubling's exchanges pay both (3 alphas at 0.75 + bytes).
+  Inputs busy(emulated(4, 2, 2));
+  busy.in.implementationFactors = false;
+  busy.in.intraHost = {0, 0};
+  busy.in.gamma = 0;
+  const double ae = 30e-6, be = 1 / 0.125e9;
+  busy.in.interHost = {ae, be};
+  const double bytes = 32 * 1024, shard = bytes / 2, chunk = shard / 4;
+  ASSERT_GT(2 * chunk * be, 2 * ae);  // the bytes are the longer
+  EXPECT_NEAR(predictHierarchicalAllReduce(busy.in, AlgoId::Ring, 32 * 1024).seconds, 6 * 2 * chunk * be, 1e-12);
+  EXPECT_NEAR(predictHierarchicalAllReduce(busy.in, AlgoId::RecursiveDoubling, 32 * 1024).seconds,
+              2 * (3 * ae + 2 * shard * be), 1e-12);
+  // Where the CPU time is the longer, the step costs it.
+  busy.in.interHost.alpha = 50e-6;
+  EXPECT_NEAR(predictHierarchicalAllReduce(busy.in, AlgoId::Ring, 32 * 1024).seconds, 6 * 2 * 50e-6, 1e-12);
+  // With a CPU per rank the alpha is the links' latency and adds to the bytes.
+  Inputs roomy(emulated(4, 2, 8));
+  roomy.in.implementationFactors = false;
+  roomy.in.intraHost = {0, 0};
+  roomy.in.gamma = 0;
+  roomy.in.interHost = {50e-6, be};
+  EXPECT_GT(predictHierarchicalAllReduce(roomy.in, AlgoId::Ring, 32 * 1024).seconds, 6 * (2 * chunk * be + 50e-6));
+}
+
+TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierarchicalRing) {
+  // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s, inter-host alpha probed at 32-35 us
+  // (2026-12-03): at 32 KiB hierarchical with a ring across hosts ran 418-451 us, with
+  // Rabenseifner 456-469, with recursive doubling 554-560, the flat ring 483-509. On a day that
+  // probed 11-26 us (planner_vs_forced-20261202-154405, -164432) hierarchical (Rabenseifner across
+  // hosts) ran 450 us and the flat ring 512-547. Both days' links take hierarchical's ring.
+  for (const LinkCost inter : {LinkCost{34.34e-6, 1 / 0.120e9}, LinkCost{10.8e-6, 1 / 0.119e9}, LinkCost{25.6e-6, 1 / 0.120e9}}) {
+    Inputs busy(emulated(4, 2, 2));
+    busy.in.intraHost = {0.39e-6, 1 / 10.94e9};
+    busy.in.interHost = inter;
+    busy.in.gamma = 1 / 18.65e9;
+    CollArgs a;
+    a.kind = CollKind::AllReduce;
+    a.count = 8192;
+    a.dtype = collFloat32;
+    PlanChoice c;
+    ASSERT_TRUE(planCollective(busy.in, a, &c).ok());
+    EXPECT_EQ(describeChoice(c.algo, c.options, 0), "hier(inter=ring)") << "inter-host alpha " << inter.alpha;
+  }
 }
 
 TEST(PlannerContention, TreeInteriorNodesTakeTheirChildrenOneAfterTheOther) {
