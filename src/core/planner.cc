@@ -241,14 +241,16 @@ double treeBusyFactor(int64_t members) { return members > 2 ? 2.0 : 1.0; }
 // The share of a message's inter-host alpha that is CPU time on an oversubscribed machine (below).
 // Fitted on the emulated 4 x 2 cluster (2 CPUs, run planner_vs_forced-20261202-105748, 8 and
 // 64 B): recursive doubling's rounds of 8 messages across hosts took 3.0 alphas each, Rabenseifner's
-// of 4 (8 B) 1.4-1.5, the ring's steps of 4 1.4; 0.75 * 8 / 2 = 3 and 0.75 * 4 / 2 = 1.5.
+// of 4 (8 B) 1.4-1.5; 0.75 * 8 / 2 = 3 and 0.75 * 4 / 2 = 1.5.
 constexpr double kInterMessageCpuShare = 0.75;
 
 // The same share for the steps of a ring, where every connection carries bytes one way: fitted on
-// 4 x 2 emulated hosts at 32 KiB (2026-12-03, inter-host alpha probed at 32-35 us): the flat ring's
-// steps of 4 messages across hosts ran 34 us (0.5 * 4 / 2 = 1 alpha), hierarchical's ring across
-// hosts, 8 messages a step (two flows per NIC), 66-70 us (2 alphas, which its bytes, 65.5 us at
-// 1 Gbit/s, about equal).
+// 4 x 2 emulated hosts at 32 KiB (2026-12-03, inter-host alpha probed at 32-35 us), where ring
+// choices are decided: the flat ring's steps of 4 messages across hosts ran 34 us (0.5 * 4 / 2 = 1
+// alpha), hierarchical's ring across hosts, 8 messages a step (two flows per NIC), 66-70 us (2
+// alphas, about its bytes, 65.5 us at 1 Gbit/s). At 8-64 B on that cluster the ring's steps cost
+// their floors under either share (one alpha a step in streamedSteps, at least one a crossing in
+// interAlphas), so the 8-64 B fit above does not move them.
 constexpr double kRingMessageCpuShare = 0.5;
 
 // How a round's partners exchange: pairwise (both ways on each connection, recursive doubling and
@@ -574,7 +576,18 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
         // Every local rank with a non-empty shard runs its inter-host phase at once: up to
         // ranksPerNic of them per NIC.
         const int flows = static_cast<int>(std::min<int64_t>(sh.ranksPerNic, nonEmptyChunks(count, L)));
-        const double tx = interHostAllReduce(in, x, m, flows, &slice);
+        double tx = interHostAllReduce(in, x, m, flows, &slice);
+        // The phased implementations run across hosts as they run flat, as much slower than
+        // their model on the bytes (implementationFactor): unscaled, hierarchical with the torus
+        // over 2 x 2 hosts (fewer steps than the ring, the same bytes) was chosen at 16 MiB on
+        // 4 x 2 emulated hosts in some launches and ran 1.14-1.26x the ring's 220 ms, and with
+        // Rabenseifner at 2 MiB 1.1-1.3x.
+        const ImplementationFactor fx = in.implementationFactors ? implementationFactor(x) : ImplementationFactor{};
+        if (fx.factor != 1.0) {
+          uint64_t unused = 0;
+          const double latency = interHostAllReduce(in, x, 0, flows, &unused);
+          tx = latency + fx.factor * std::max(0.0, tx - latency);
+        }
         if (best < 0 || tx < best) {
           best = tx;
           c.options.interHost = x;

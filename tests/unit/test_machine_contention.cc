@@ -284,6 +284,36 @@ TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierar
   }
 }
 
+TEST(PlannerContention, HierarchicalPricesItsPhasedAlgorithmsAcrossHostsAsTheyRunFlat) {
+  // planner_vs_forced-20261203-071810, 4 x 2 emulated hosts on 2 CPUs at 16 MiB: two of three auto
+  // launches took hierarchical with the torus over 2 x 2 hosts (250-277 ms) with these probed
+  // links, where hierarchical with the ring ran 217-223 ms. The torus and Rabenseifner run
+  // across hosts as much slower than their model as they run flat (implementationFactor).
+  struct Probed {
+    LinkCost intra, inter;
+    double gamma;
+  };
+  for (const Probed& probed : {Probed{{0.42e-6, 1 / 12.51e9}, {33.59e-6, 1 / 0.120e9}, 1 / 20.94e9},
+                               Probed{{0.52e-6, 1 / 14.51e9}, {35.66e-6, 1 / 0.120e9}, 1 / 27.64e9}}) {
+    Inputs busy(emulated(4, 2, 2));
+    busy.in.intraHost = probed.intra;
+    busy.in.interHost = probed.inter;
+    busy.in.gamma = probed.gamma;
+    CollArgs a;
+    a.kind = CollKind::AllReduce;
+    a.count = 4 << 20;
+    a.dtype = collFloat32;
+    PlanChoice c;
+    ASSERT_TRUE(planCollective(busy.in, a, &c).ok());
+    EXPECT_EQ(describeChoice(c.algo, c.options, 0), "hier(inter=ring)");
+    // The pure model (what-if tables) leaves the inter-host algorithm unscaled.
+    const double scaled = predictHierarchicalAllReduce(busy.in, AlgoId::Torus, 16 << 20).seconds;
+    busy.in.implementationFactors = false;
+    const double pure = predictHierarchicalAllReduce(busy.in, AlgoId::Torus, 16 << 20).seconds;
+    EXPECT_GT(scaled, 1.1 * 1.3 * pure);  // hierarchical's own 1.1, the torus's 1.4 on its bytes
+  }
+}
+
 TEST(PlannerContention, TreeInteriorNodesTakeTheirChildrenOneAfterTheOther) {
   // Over two hosts each tree is a root and a leaf: no fan-in. Over four, an interior host takes
   // two children's messages through its link: the tree's latency over hosts doubles.
