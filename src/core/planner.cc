@@ -455,6 +455,12 @@ ImplementationFactor implementationFactor(AlgoId algo) {
   }
 }
 
+// A prediction scaled by an implementation factor on what the bytes add to `latency` (the same
+// model with no bytes; 0 for a factor on the whole call).
+double scaledPrediction(double seconds, double latency, double factor) {
+  return latency + factor * std::max(0.0, seconds - latency);
+}
+
 // The ranks of one ring that hold a non-empty chunk of `count` elements: a ring's empty chunks
 // send nothing, so with fewer elements than members only that many work in a step.
 int64_t nonEmptyChunks(uint64_t count, int64_t members) {
@@ -585,8 +591,8 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
         const ImplementationFactor fx = in.implementationFactors ? implementationFactor(x) : ImplementationFactor{};
         if (fx.factor != 1.0) {
           uint64_t unused = 0;
-          const double latency = interHostAllReduce(in, x, 0, flows, &unused);
-          tx = latency + fx.factor * std::max(0.0, tx - latency);
+          const double latency = fx.wholeCall ? 0.0 : interHostAllReduce(in, x, 0, flows, &unused);
+          tx = scaledPrediction(tx, latency, fx.factor);
         }
         if (best < 0 || tx < best) {
           best = tx;
@@ -613,7 +619,7 @@ Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint6
   const ImplementationFactor f = in.implementationFactors ? implementationFactor(algo) : ImplementationFactor{};
   if (f.factor == 1.0 || c.seconds <= 0) return c;
   const double latency = f.wholeCall ? 0.0 : modelAllReduce(in, algo, 0, count, onlyInter).seconds;
-  c.seconds = latency + f.factor * std::max(0.0, c.seconds - latency);
+  c.seconds = scaledPrediction(c.seconds, latency, f.factor);
   return c;
 }
 
