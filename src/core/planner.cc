@@ -455,10 +455,15 @@ ImplementationFactor implementationFactor(AlgoId algo) {
   }
 }
 
-// A prediction scaled by an implementation factor on what the bytes add to `latency` (the same
-// model with no bytes; 0 for a factor on the whole call).
-double scaledPrediction(double seconds, double latency, double factor) {
-  return latency + factor * std::max(0.0, seconds - latency);
+// `seconds`, the model's time for `algo`, scaled by its implementation factor (unless the inputs
+// leave factors out): the whole call, or what the bytes add to the latency (`latencyModel()`: the
+// same model with no bytes).
+template <typename LatencyModel>
+double withImplementationFactor(const PlannerInputs& in, AlgoId algo, double seconds, LatencyModel latencyModel) {
+  const ImplementationFactor f = in.implementationFactors ? implementationFactor(algo) : ImplementationFactor{};
+  if (f.factor == 1.0 || seconds <= 0) return seconds;
+  const double latency = f.wholeCall ? 0.0 : latencyModel();
+  return latency + f.factor * std::max(0.0, seconds - latency);
 }
 
 // The ranks of one ring that hold a non-empty chunk of `count` elements: a ring's empty chunks
@@ -582,18 +587,14 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
         // Every local rank with a non-empty shard runs its inter-host phase at once: up to
         // ranksPerNic of them per NIC.
         const int flows = static_cast<int>(std::min<int64_t>(sh.ranksPerNic, nonEmptyChunks(count, L)));
-        double tx = interHostAllReduce(in, x, m, flows, &slice);
         // The phased implementations run across hosts as they run flat, as much slower than
-        // their model on the bytes (implementationFactor): unscaled, hierarchical with the torus
-        // over 2 x 2 hosts (fewer steps than the ring, the same bytes) was chosen at 16 MiB on
-        // 4 x 2 emulated hosts in some launches and ran 1.14-1.26x the ring's 220 ms, and with
-        // Rabenseifner at 2 MiB 1.1-1.3x.
-        const ImplementationFactor fx = in.implementationFactors ? implementationFactor(x) : ImplementationFactor{};
-        if (fx.factor != 1.0) {
+        // their model on the bytes: unscaled, hierarchical with the torus over 2 x 2 hosts (fewer
+        // steps than the ring, the same bytes) was chosen at 16 MiB on 4 x 2 emulated hosts in some
+        // launches and ran 1.14-1.26x the ring's 220 ms, and with Rabenseifner at 2 MiB 1.1-1.3x.
+        const double tx = withImplementationFactor(in, x, interHostAllReduce(in, x, m, flows, &slice), [&] {
           uint64_t unused = 0;
-          const double latency = fx.wholeCall ? 0.0 : interHostAllReduce(in, x, 0, flows, &unused);
-          tx = scaledPrediction(tx, latency, fx.factor);
-        }
+          return interHostAllReduce(in, x, 0, flows, &unused);
+        });
         if (best < 0 || tx < best) {
           best = tx;
           c.options.interHost = x;
@@ -616,10 +617,8 @@ Candidate modelAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_
 Candidate predictAllReduce(const PlannerInputs& in, AlgoId algo, double n, uint64_t count,
                            AlgoId onlyInter = AlgoId::Hierarchical) {
   Candidate c = modelAllReduce(in, algo, n, count, onlyInter);
-  const ImplementationFactor f = in.implementationFactors ? implementationFactor(algo) : ImplementationFactor{};
-  if (f.factor == 1.0 || c.seconds <= 0) return c;
-  const double latency = f.wholeCall ? 0.0 : modelAllReduce(in, algo, 0, count, onlyInter).seconds;
-  c.seconds = scaledPrediction(c.seconds, latency, f.factor);
+  c.seconds = withImplementationFactor(in, algo, c.seconds,
+                                       [&] { return modelAllReduce(in, algo, 0, count, onlyInter).seconds; });
   return c;
 }
 

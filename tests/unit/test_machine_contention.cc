@@ -199,15 +199,15 @@ TEST(PlannerContention, HierarchicalCountsOnlyTheRanksHoldingAShard) {
             2 * free.in.interHost.alpha);
 }
 
-// The planner's plan for an 8-byte float All-Reduce, described.
-std::string eightBytePlan(const PlannerInputs& in) {
+// The planner's plan for an All-Reduce of `count` floats: algorithm and options (no chunk).
+std::string floatPlan(const PlannerInputs& in, uint64_t count) {
   CollArgs a;
   a.kind = CollKind::AllReduce;
-  a.count = 2;
+  a.count = count;
   a.dtype = collFloat32;
   PlanChoice c;
   EXPECT_TRUE(planCollective(in, a, &c).ok());
-  return describeChoice(c.algo, c.options, c.sliceBytes);
+  return describeChoice(c.algo, c.options, 0);
 }
 
 TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeRabenseifner) {
@@ -218,10 +218,10 @@ TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeRabensei
   busy.in.intraHost = {0.59e-6, 1 / 15e9};
   busy.in.interHost = {77.5e-6, 1 / 0.111e9};
   busy.in.gamma = 1 / 40e9;
-  EXPECT_EQ(eightBytePlan(busy.in), "rabenseifner");
+  EXPECT_EQ(floatPlan(busy.in, 2), "rabenseifner");
   // The same cluster with a CPU per rank keeps the latency algorithms.
   Inputs roomy(emulated(4, 2, 8));
-  EXPECT_NE(eightBytePlan(roomy.in).rfind("ring", 0), 0u) << eightBytePlan(roomy.in);
+  EXPECT_NE(floatPlan(roomy.in, 2).rfind("ring", 0), 0u) << floatPlan(roomy.in, 2);
 }
 
 TEST(PlannerContention, EightBytesOnAnOversubscribedTwoByFourClusterTakeHierarchical) {
@@ -232,7 +232,7 @@ TEST(PlannerContention, EightBytesOnAnOversubscribedTwoByFourClusterTakeHierarch
   busy.in.intraHost = {0.3e-6, 1 / 20e9};
   busy.in.interHost = {68e-6, 1 / 0.112e9};
   busy.in.gamma = 1 / 45e9;
-  EXPECT_EQ(eightBytePlan(busy.in).rfind("hier", 0), 0u) << eightBytePlan(busy.in);
+  EXPECT_EQ(floatPlan(busy.in, 2).rfind("hier", 0), 0u) << floatPlan(busy.in, 2);
 }
 
 TEST(PlannerContention, ARingsBytesHideItsCpuTimeOnAnOversubscribedMachine) {
@@ -274,13 +274,7 @@ TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierar
     busy.in.intraHost = {0.39e-6, 1 / 10.94e9};
     busy.in.interHost = inter;
     busy.in.gamma = 1 / 18.65e9;
-    CollArgs a;
-    a.kind = CollKind::AllReduce;
-    a.count = 8192;
-    a.dtype = collFloat32;
-    PlanChoice c;
-    ASSERT_TRUE(planCollective(busy.in, a, &c).ok());
-    EXPECT_EQ(describeChoice(c.algo, c.options, 0), "hier(inter=ring)") << "inter-host alpha " << inter.alpha;
+    EXPECT_EQ(floatPlan(busy.in, 8192), "hier(inter=ring)") << "inter-host alpha " << inter.alpha;
   }
 }
 
@@ -299,13 +293,7 @@ TEST(PlannerContention, HierarchicalPricesItsPhasedAlgorithmsAcrossHostsAsTheyRu
     busy.in.intraHost = probed.intra;
     busy.in.interHost = probed.inter;
     busy.in.gamma = probed.gamma;
-    CollArgs a;
-    a.kind = CollKind::AllReduce;
-    a.count = 4 << 20;
-    a.dtype = collFloat32;
-    PlanChoice c;
-    ASSERT_TRUE(planCollective(busy.in, a, &c).ok());
-    EXPECT_EQ(describeChoice(c.algo, c.options, 0), "hier(inter=ring)");
+    EXPECT_EQ(floatPlan(busy.in, 4 << 20), "hier(inter=ring)");
     // The pure model (what-if tables) leaves the inter-host algorithm unscaled.
     const double scaled = predictHierarchicalAllReduce(busy.in, AlgoId::Torus, 16 << 20).seconds;
     busy.in.implementationFactors = false;
