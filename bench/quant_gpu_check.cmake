@@ -5,5 +5,5 @@ if(TARGET collective_cuda_kernels)
   set_property(TARGET quant_gpu_check PROPERTY COMPILE_OPTIONS "")
   # CMake 3.25 knows no C++20 dialect flag for nvcc 13; the CUDA sources are C++17.
   set_target_properties(quant_gpu_check PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
-  target_link_libraries(quant_gpu_check PRIVATE collective_cuda_kernels collective_internal)
+  target_link_libraries(quant_gpu_check PRIVATE collective_cuda_kernels collective_kernels)
 endif()

@@ -57,6 +57,8 @@ function(coll_optional_dependency name)
       set(line "  ${name}: found (${detail}); the ucx transport is built")
     elseif(name STREQUAL "IBVERBS")
       set(line "  ${name}: found (${detail}); the ib transport is built")
+    elseif(name STREQUAL "CUDA")
+      set(line "  ${name}: found (${detail}); the CUDA kernels build on request (bench/quant_gpu_check.sh)")
     else()
       set(line "  ${name}: found (${detail}); not used by any component yet")
     endif()
@@ -69,9 +71,13 @@ function(coll_optional_dependency name)
 endfunction()
 
 function(coll_print_summary)
+  set(openssl "${OPENSSL_VERSION}")
+  if(COLL_KERNELS_ONLY)
+    set(openssl "not needed (COLL_KERNELS_ONLY)")
+  endif()
   message(STATUS "libcollective ${PROJECT_VERSION} configuration:\n"
     "  build type: ${CMAKE_BUILD_TYPE}\n"
     "  compiler: ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}\n"
-    "  OpenSSL (libcrypto, required): ${OPENSSL_VERSION}\n"
+    "  OpenSSL (libcrypto, required): ${openssl}\n"
     "${COLL_SUMMARY_LINES}")
 endfunction()
