@@ -12,8 +12,6 @@ cd "$(dirname "$0")/.."
 asan_exclude=(
   # packaging, not memory safety: the C consumer links the instrumented library without the runtime
   '^install\.consumer$'
-  # a build, not memory safety: the CUDA kernels' kernels-only build (not instrumented) ran in `build`
-  '^cuda\.gpu_check_kernels_only$'
   # three 60-70 s runs without sanitizers and several times that under ASan (CI's time budget); the
   # namespace and bridge code they run is covered by mp.emucluster.tool and mp.netns_two_hosts
   '^mp\.emucluster\.(2_2_2_2|3_3_3|3_3_2)$'
@@ -37,7 +35,7 @@ tsan_units=(test_api_streams test_api test_bootstrap test_env_bootstrap test_shm
 tsan_tests='^fault\.(kill_rank\.np3|stall_rank\.np4|stall_abort\.np4|shrink_restart\.np6)\.(shm|tcp)$'
 tsan_targets=(collrun fault_kill_rank fault_stall fault_shrink_restart)
 # The tsan build holds only those executables: every other ci test there has no program.
-tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install|cuda)\.|_NOT_BUILT$'
+tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install)\.|_NOT_BUILT$'
 
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then phases=(deps build asan-ubsan tsan); fi
