@@ -71,13 +71,13 @@ function(coll_optional_dependency name)
 endfunction()
 
 function(coll_print_summary)
-  set(openssl "${OPENSSL_VERSION}")
+  set(openssl "OpenSSL (libcrypto, required): ${OPENSSL_VERSION}")
   if(COLL_KERNELS_ONLY)
-    set(openssl "not needed (COLL_KERNELS_ONLY)")
+    set(openssl "OpenSSL: not used (COLL_KERNELS_ONLY)")
   endif()
   message(STATUS "libcollective ${PROJECT_VERSION} configuration:\n"
     "  build type: ${CMAKE_BUILD_TYPE}\n"
     "  compiler: ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}\n"
-    "  OpenSSL (libcrypto, required): ${openssl}\n"
+    "  ${openssl}\n"
     "${COLL_SUMMARY_LINES}")
 endfunction()
