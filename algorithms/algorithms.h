@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.h"
+#include "src/base/status.h"
 
-#include "core/coll_args.h"
-#include "exec/schedule.h"
-#include "topo/topology.h"
+#include "src/schedule/coll_args.h"
+#include "src/schedule/schedule.h"
+#include "src/topo/topology.h"
 
 namespace coll {
 

@@ -6,7 +6,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
-#include "kernels/quantize.h"
+#include "src/kernels/quantize.h"
 
 namespace coll {
 

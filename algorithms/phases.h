@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "exec/schedule.h"
+#include "src/schedule/schedule.h"
 
 namespace coll {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "collective/collective.h"
-#include "core/config.h"
-#include "kernels/reduce.h"
+#include "src/base/config.h"
+#include "src/kernels/reduce.h"
 
 namespace {
 

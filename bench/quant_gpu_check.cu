@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quantize.h"
-#include "kernels/quantize_cuda.h"
-#include "kernels/reduce.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/quantize_cuda.h"
+#include "src/kernels/reduce.h"
 
 namespace {
 

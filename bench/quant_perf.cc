@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quantize.h"
+#include "src/kernels/quantize.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // schedule_model: modelled All-Reduce time of the actual schedules (ring, tree, torus,
 // hierarchical, recursive doubling, Rabenseifner) at large rank counts, as the README's markdown
-// table with the planner's choice marked. The times come from src/exec/schedule_cost.h.
+// table with the planner's choice marked. The times come from src/plan/schedule_cost.h.
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "core/planner.h"
-#include "exec/schedule_cost.h"
+#include "src/plan/planner.h"
+#include "src/plan/schedule_cost.h"
 
 namespace coll {
 namespace {
@@ -334,7 +334,7 @@ std::string plannerRow(const PlanChoice& c) {
 int run(const Options& o) {
   printf("Modelled All-Reduce time (float32 sum), %d ranks per node; inside a node %.3g us and %.3g GB/s per rank, "
          "across nodes %.3g us and %.3g GB/s per rank; slice %s. Computed by `bench/schedule_model` from the "
-         "step and byte counts of the actual schedules (src/exec/schedule_cost.h).\n\n",
+         "step and byte counts of the actual schedules (src/plan/schedule_cost.h).\n\n",
          o.perNode, o.model.link[0].alphaSeconds * 1e6, o.model.link[0].bytesPerSecond / 1e9,
          o.model.link[1].alphaSeconds * 1e6, o.model.link[1].bytesPerSecond / 1e9,
          sizeLabel(o.model.defaultSliceBytes).c_str());

@@ -24,3 +24,7 @@ file(RELATIVE_PATH COLL_PC_PREFIX_FROM_PCDIR "${CMAKE_INSTALL_FULL_LIBDIR}/pkgco
 string(REGEX REPLACE "/$" "" COLL_PC_PREFIX_FROM_PCDIR "${COLL_PC_PREFIX_FROM_PCDIR}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/collective.pc.in ${PROJECT_BINARY_DIR}/collective.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/collective.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The launcher and the first-stop tool go beside the libraries: the README launches jobs with
+# collrun, and collinfo lists this build's knobs and capabilities.
+install(TARGETS collrun collinfo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

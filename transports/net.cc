@@ -3,7 +3,7 @@
 // here say so.
 #include "transports/net.h"
 
-#include "core/config.h"
+#include "src/base/config.h"
 
 namespace coll {
 

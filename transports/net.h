@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/deadline.h"
-#include "core/status.h"
+#include "src/oob/bootstrap.h"
+#include "src/base/deadline.h"
+#include "src/base/status.h"
 #include "transports/transport.h"
 
 namespace coll {

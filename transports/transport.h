@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/status.h"
+#include "src/base/status.h"
 
 namespace coll {
 

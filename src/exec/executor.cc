@@ -1,6 +1,6 @@
 // The executor: per-slice dependency tracking, per-peer in-order send/receive queues, fused
 // receive-reduce out of the transport's buffer, and the poll/spin/yield/sleep wait loop.
-#include "exec/executor.h"
+#include "src/exec/executor.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -11,10 +11,10 @@
 #include <cstring>
 #include <thread>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "kernels/quantize.h"
-#include "kernels/reduce.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/reduce.h"
 
 namespace coll {
 

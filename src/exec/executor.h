@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/deadline.h"
-#include "core/status.h"
-#include "exec/schedule.h"
+#include "src/base/deadline.h"
+#include "src/base/status.h"
+#include "src/schedule/schedule.h"
 #include "transports/transport.h"
 
 namespace coll::kernels {

@@ -1,5 +1,5 @@
 // In-process links, memory connections and heap windows, and the round-robin driver.
-#include "exec/inprocess.h"
+#include "src/exec/inprocess.h"
 
 #include <algorithm>
 #include <cstring>

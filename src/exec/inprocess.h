@@ -9,10 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/status.h"
-#include "exec/executor.h"
-#include "exec/schedule.h"
-#include "topo/topology.h"
+#include "src/base/status.h"
+#include "src/exec/executor.h"
+#include "src/schedule/schedule.h"
+#include "src/topo/topology.h"
 #include "transports/transport.h"
 
 namespace coll {

@@ -1,16 +1,16 @@
 // 4-bit quantization kernels: the portable reference implementation (the SIMD levels must match it
 // bit for bit), Philox4x32-10, run-time choice of the level and the public entry points.
-#include "kernels/quantize.h"
-#include "kernels/quantize_impl.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/quantize_impl.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
-#include "core/log.h"
-#include "kernels/dispatch.h"
-#include "kernels/reduce.h"
+#include "src/base/log.h"
+#include "src/kernels/dispatch.h"
+#include "src/kernels/reduce.h"
 
 namespace coll::kernels {
 

@@ -1,14 +1,14 @@
 // 4-bit quantization kernels for AVX2 + FMA + F16C (this file alone is compiled with those flags;
 // see CMakeLists.txt). Bit-identical to the portable reference in quantize.cc.
-#include "kernels/quantize.h"
-#include "kernels/quantize_impl.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/quantize_impl.h"
 
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "kernels/reduce.h"
+#include "src/kernels/reduce.h"
 
 namespace coll::kernels::detail {
 namespace {

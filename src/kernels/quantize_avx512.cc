@@ -1,7 +1,7 @@
 // 4-bit quantization kernels for AVX-512 F/BW/VL/DQ + F16C (this file alone is compiled with those
 // flags; see CMakeLists.txt). Bit-identical to the portable reference in quantize.cc.
-#include "kernels/quantize.h"
-#include "kernels/quantize_impl.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/quantize_impl.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__F16C__)
@@ -15,7 +15,7 @@
 
 #include <cstring>
 
-#include "kernels/reduce.h"
+#include "src/kernels/reduce.h"
 
 namespace coll::kernels::detail {
 namespace {

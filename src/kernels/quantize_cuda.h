@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
-#include "kernels/quantize.h"
+#include "src/base/status.h"
+#include "src/kernels/quantize.h"
 
 namespace coll::kernels::cuda {
 

@@ -3,14 +3,14 @@
 #define COLL_KERNEL_ISA portable
 #define COLL_VEC_BYTES 16
 #define COLL_F16C_WIDTH 0
-#include "kernels/reduce_impl.h"
+#include "src/kernels/reduce_impl.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
-#include "core/log.h"
-#include "kernels/reduce.h"
+#include "src/base/log.h"
+#include "src/kernels/reduce.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

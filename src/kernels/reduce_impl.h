@@ -28,7 +28,7 @@
 #include <type_traits>
 
 #include "collective/collective.h"
-#include "kernels/dispatch.h"
+#include "src/kernels/dispatch.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

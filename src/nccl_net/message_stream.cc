@@ -1,10 +1,10 @@
 // NCCL plugin messages over a Connection: framing, matching and request pools (message_stream.h).
-#include "nccl_net/message_stream.h"
+#include "src/nccl_net/message_stream.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/deadline.h"
+#include "src/base/deadline.h"
 
 namespace coll::ncclnet {
 

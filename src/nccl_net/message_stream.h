@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/deadline.h"
-#include "core/status.h"
+#include "src/base/deadline.h"
+#include "src/base/status.h"
 #include "transports/transport.h"
 
 namespace coll::ncclnet {

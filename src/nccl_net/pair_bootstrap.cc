@@ -1,5 +1,5 @@
 // The plugin's two-party Bootstrap over one control socket (pair_bootstrap.h).
-#include "nccl_net/pair_bootstrap.h"
+#include "src/nccl_net/pair_bootstrap.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.h"
+#include "src/base/log.h"
 
 namespace coll::ncclnet {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/socket.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+#include "src/oob/socket.h"
 
 namespace coll::ncclnet {
 

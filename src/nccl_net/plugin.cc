@@ -17,13 +17,13 @@
 
 #include <openssl/rand.h>
 
-#include "core/auth.h"
-#include "core/config.h"
-#include "core/log.h"
-#include "core/socket.h"
-#include "nccl_net/message_stream.h"
-#include "nccl_net/nccl_net_abi.h"
-#include "nccl_net/pair_bootstrap.h"
+#include "src/oob/auth.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+#include "src/oob/socket.h"
+#include "src/nccl_net/message_stream.h"
+#include "src/nccl_net/nccl_net_abi.h"
+#include "src/nccl_net/pair_bootstrap.h"
 #include "transports/net.h"
 
 namespace coll::ncclnet {

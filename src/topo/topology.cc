@@ -1,5 +1,5 @@
 // Topology construction and host identity.
-#include "topo/topology.h"
+#include "src/topo/topology.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <unordered_map>
 
-#include "core/config.h"
+#include "src/base/config.h"
 
 namespace coll {
 

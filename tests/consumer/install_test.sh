@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs the build into a temporary prefix, then builds and runs a C99 consumer twice: through
-# the CMake package (find_package(collective) -> collective::collective) and through pkg-config.
+# the CMake package (find_package(collective) -> collective::collective) and through pkg-config,
+# and runs the installed collinfo and collrun.
 # usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -15,4 +16,7 @@ libdir=$(pkg-config --variable=libdir collective)
 cc -std=c99 -Wall -Wextra -pedantic -Werror "$src/tests/consumer/consumer.c" -o "$tmp/consumer-pc" \
   $(pkg-config --cflags --libs collective)
 LD_LIBRARY_PATH="$libdir" "$tmp/consumer-pc"
+# The installed tools: collinfo names this version, collrun launches ranks.
+"$tmp/prefix/bin/collinfo" | grep -q "libcollective" || { echo "installed collinfo does not run"; exit 1; }
+"$tmp/prefix/bin/collrun" -np 2 /bin/true || { echo "installed collrun does not launch"; exit 1; }
 echo "install test: CMake package and pkg-config consumers ok"

@@ -38,9 +38,9 @@ for t in $targets; do
   bin=$(find "$build" -name "fuzz_$t" -type f -perm -u+x | head -n 1)
   [ -n "$bin" ] && objects+=(-object "$bin")
 done
-files=(src/core/bootstrap.cc src/core/auth.cc src/core/socket.cc src/core/config.cc src/core/env_bootstrap.cc
-       src/core/planner.cc algorithms/torus.cc transports/tcp/tcp_connect.cc src/nccl_net/message_stream.cc
-       src/nccl_net/pair_bootstrap.cc transports/ib/ib_connect.cc transports/ib/ib_device.cc src/core/failure.cc
+files=(src/oob/bootstrap.cc src/oob/auth.cc src/oob/socket.cc src/base/config.cc src/oob/env_bootstrap.cc
+       src/plan/planner.cc algorithms/torus.cc transports/tcp/tcp_connect.cc src/nccl_net/message_stream.cc
+       src/nccl_net/pair_bootstrap.cc transports/ib/ib_connect.cc transports/ib/ib_device.cc src/oob/failure.cc
        transports/ucx/ucx_net.cc transports/ucx/ucx_connection.cc)
 paths=()
 for f in "${files[@]}"; do paths+=("$repo/$f"); done

@@ -1,13 +1,13 @@
 // libFuzzer target: the bootstrap's parsers of remote bytes: a listener's hello header, a
-// registration at the root, the rank table (src/core/wire.h), and the failure-propagation control
-// messages carried over the bootstrap (src/core/failure.h: FAILED notices, wait-for answers).
+// registration at the root, the rank table (src/oob/wire.h), and the failure-propagation control
+// messages carried over the bootstrap (src/oob/failure.h: FAILED notices, wait-for answers).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "core/failure.h"
-#include "core/wire.h"
+#include "src/oob/failure.h"
+#include "src/oob/wire.h"
 
 // Layout: [selector][4 bytes: nranks or knownNranks][8 bytes: the root's nonce][payload...].
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

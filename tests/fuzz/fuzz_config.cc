@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "core/auth.h"
-#include "core/config.h"
-#include "core/env_bootstrap.h"
-#include "core/planner.h"
-#include "core/socket.h"
-#include "topo/topology.h"
+#include "src/oob/auth.h"
+#include "src/base/config.h"
+#include "src/oob/env_bootstrap.h"
+#include "src/plan/planner.h"
+#include "src/oob/socket.h"
+#include "src/topo/topology.h"
 #if COLL_HAVE_IBVERBS
 #include "transports/ib/ib_transport.h"
 #endif

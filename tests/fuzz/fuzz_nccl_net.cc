@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "nccl_net/message_stream.h"
-#include "nccl_net/pair_bootstrap.h"
+#include "src/nccl_net/message_stream.h"
+#include "src/nccl_net/pair_bootstrap.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/shrink.h"
+#include "src/comm/shrink.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Byte 0: which message; bytes 1-2: the receiving communicator's size; the rest: the message.

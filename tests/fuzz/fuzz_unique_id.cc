@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/bootstrap.h"
+#include "src/oob/bootstrap.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   collUniqueId id;

@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/log.h"
+#include "src/base/log.h"
 
 namespace coll::testing {
 namespace {

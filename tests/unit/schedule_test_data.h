@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/coll_args.h"
-#include "exec/schedule.h"
-#include "kernels/reduce.h"
+#include "src/schedule/coll_args.h"
+#include "src/schedule/schedule.h"
+#include "src/kernels/reduce.h"
 
 namespace coll::testutil {
 

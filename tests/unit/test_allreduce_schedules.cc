@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "exec/inprocess.h"
-#include "kernels/reduce.h"
-#include "schedule_test_data.h"
+#include "src/exec/inprocess.h"
+#include "src/kernels/reduce.h"
+#include "tests/unit/schedule_test_data.h"
 
 namespace coll {
 namespace {

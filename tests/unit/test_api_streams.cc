@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "comm_threads.h"
+#include "tests/unit/comm_threads.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <random>
 #include <thread>
 
-#include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/wire.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+#include "src/oob/wire.h"
 
 namespace coll {
 namespace {

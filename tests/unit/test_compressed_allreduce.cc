@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "exec/inprocess.h"
-#include "kernels/quantize.h"
-#include "kernels/reduce.h"
+#include "src/exec/inprocess.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/reduce.h"
 
 namespace coll {
 namespace {

@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "core/config.h"
+#include "src/base/config.h"
 
 namespace coll {
 namespace {

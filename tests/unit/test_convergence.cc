@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "exec/inprocess.h"
-#include "kernels/quantize.h"
+#include "src/exec/inprocess.h"
+#include "src/kernels/quantize.h"
 
 namespace coll {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "core/auth.h"
-#include "core/env_bootstrap.h"
+#include "src/oob/auth.h"
+#include "src/oob/env_bootstrap.h"
 
 namespace coll {
 namespace {

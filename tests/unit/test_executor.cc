@@ -7,8 +7,8 @@
 #include <numeric>
 #include <vector>
 
-#include "exec/executor.h"
-#include "exec/inprocess.h"
+#include "src/exec/executor.h"
+#include "src/exec/inprocess.h"
 
 namespace coll {
 namespace {

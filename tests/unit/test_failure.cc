@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "comm_threads.h"
-#include "core/failure.h"
-#include "core/log.h"
+#include "tests/unit/comm_threads.h"
+#include "src/oob/failure.h"
+#include "src/base/log.h"
 
 namespace coll {
 namespace {

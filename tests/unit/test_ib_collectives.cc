@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "comm_threads.h"
+#include "tests/unit/comm_threads.h"
 #include "tests/ib_double/verbs_double.h"
 #include "transports/ib/verbs_api.h"
 #include "transports/net.h"

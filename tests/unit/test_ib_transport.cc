@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tests/ib_double/verbs_double.h"
-#include "stream_pump.h"
+#include "tests/unit/stream_pump.h"
 #include "transports/ib/ib_transport.h"
 #include "transports/net.h"
 

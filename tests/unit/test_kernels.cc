@@ -19,8 +19,8 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels/dispatch.h"
-#include "kernels/reduce.h"
+#include "src/kernels/dispatch.h"
+#include "src/kernels/reduce.h"
 
 namespace coll::kernels {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/planner.h"
-#include "core/wire.h"
-#include "exec/executor.h"
-#include "topo/topology.h"
+#include "src/plan/planner.h"
+#include "src/oob/wire.h"
+#include "src/exec/executor.h"
+#include "src/topo/topology.h"
 
 namespace coll {
 namespace {

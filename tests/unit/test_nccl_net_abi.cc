@@ -2,7 +2,7 @@
 // of every version's sizes and offsets compile here; this adds the constants NCCL relies on.
 #include <gtest/gtest.h>
 
-#include "nccl_net/nccl_net_abi.h"
+#include "src/nccl_net/nccl_net_abi.h"
 
 TEST(NcclNetAbi, ConstantsMatchNccl) {
   EXPECT_EQ(NCCL_NET_HANDLE_MAXSIZE, 128);

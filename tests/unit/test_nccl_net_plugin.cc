@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "nccl_net/nccl_net_abi.h"
+#include "src/nccl_net/nccl_net_abi.h"
 
 #ifndef COLL_NCCL_NET_PLUGIN_PATH
 #error "the build passes the plugin's path"

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <vector>
 
-#include "exec/inprocess.h"
-#include "nccl_net/message_stream.h"
+#include "src/exec/inprocess.h"
+#include "src/nccl_net/message_stream.h"
 
 namespace coll::ncclnet {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_threads.h"
+#include "tests/unit/comm_threads.h"
 #include "transports/net.h"
 
 namespace coll {

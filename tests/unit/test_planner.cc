@@ -11,8 +11,8 @@
 
 #include "algorithms/algorithms.h"
 #include "collective/collective.h"
-#include "core/planner.h"
-#include "comm_threads.h"
+#include "src/plan/planner.h"
+#include "tests/unit/comm_threads.h"
 
 namespace coll {
 namespace {

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/quantize.h"
-#include "kernels/reduce.h"
+#include "src/kernels/quantize.h"
+#include "src/kernels/reduce.h"
 
 // ---- host emulation of the CUDA builtins the kernels in quantize_kernels.cuh use -----------------
 // Each CUDA thread is a std::thread; the B/8 lanes that share a quantization block meet at a
@@ -88,7 +88,7 @@ inline uint32_t __shfl_xor_sync(uint32_t, uint32_t v, int laneMask) {
 
 }  // namespace coll::kernels::cuda::dev
 
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "src/kernels/cuda/quantize_kernels.cuh"
 
 namespace coll::kernels {
 namespace {

@@ -1,6 +1,6 @@
 // All-Reduce schedules at 1,000 to 10,000 ranks: results through the in-process executor, every
 // rank's step and byte counts against each algorithm's formula, and the schedule cost model
-// (src/exec/schedule_cost.h): hand-computed cases and symmetric against exact evaluation.
+// (src/plan/schedule_cost.h): hand-computed cases and symmetric against exact evaluation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,9 +11,9 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
-#include "exec/inprocess.h"
-#include "exec/schedule_cost.h"
-#include "schedule_test_data.h"
+#include "src/exec/inprocess.h"
+#include "src/plan/schedule_cost.h"
+#include "tests/unit/schedule_test_data.h"
 
 namespace coll {
 namespace {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "stream_pump.h"
+#include "tests/unit/stream_pump.h"
 #include "transports/shm/shm_transport.h"
 
 namespace coll {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "comm_threads.h"
-#include "core/shrink.h"
+#include "tests/unit/comm_threads.h"
+#include "src/comm/shrink.h"
 
 namespace coll {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "core/auth.h"
-#include "core/socket.h"
+#include "src/oob/auth.h"
+#include "src/oob/socket.h"
 
 namespace coll {
 namespace {

@@ -1,4 +1,4 @@
-// Stream lanes (core/lanes.h): two host streams of one communicator run concurrently (a test
+// Stream lanes (src/comm/lanes.h): two host streams of one communicator run concurrently (a test
 // that deadlocks into a timeout when they serialize, and its COLL_STREAM_LANES=1 control), many
 // mixed operations on two and three streams, failures on every lane, PreMulSum, COLL_CHECK and
 // split through lanes.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "comm_threads.h"
+#include "tests/unit/comm_threads.h"
 
 namespace {
 

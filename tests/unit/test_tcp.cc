@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "stream_pump.h"
+#include "tests/unit/stream_pump.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {

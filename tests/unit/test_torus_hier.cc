@@ -13,8 +13,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
-#include "exec/inprocess.h"
-#include "schedule_test_data.h"
+#include "src/exec/inprocess.h"
+#include "tests/unit/schedule_test_data.h"
 
 namespace coll {
 namespace {

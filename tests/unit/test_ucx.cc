@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "stream_pump.h"
+#include "src/base/config.h"
+#include "tests/unit/stream_pump.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace coll {

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/env_bootstrap.h"
-#include "core/log.h"
-#include "core/wire.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+#include "src/oob/env_bootstrap.h"
+#include "src/base/log.h"
+#include "src/oob/wire.h"
 #include "transports/tcp/tcp_transport.h"
-#include "comm_threads.h"
+#include "tests/unit/comm_threads.h"
 
 namespace coll {
 namespace {
@@ -96,7 +96,7 @@ std::vector<uint8_t> le32s(std::initializer_list<uint32_t> words) {
   return out;
 }
 
-// The authentication prologue (core/auth.cc): magic "CLCA", version 1, authenticated flag.
+// The authentication prologue (src/oob/auth.cc): magic "CLCA", version 1, authenticated flag.
 std::vector<uint8_t> prologue(bool authenticated) {
   std::vector<uint8_t> p = le32s({0x41434c43});
   p.push_back(1);

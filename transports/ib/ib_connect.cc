@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/log.h"
+#include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 
 namespace coll {

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "core/log.h"
+#include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 
 namespace coll {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 #include "transports/net.h"
 

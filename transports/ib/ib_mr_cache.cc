@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "core/log.h"
+#include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 
 namespace coll {

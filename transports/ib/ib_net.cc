@@ -1,6 +1,6 @@
 // The ib NetTransport: one opened device port per communicator, connections made through the
 // bootstrap (ib_connect.cc), and the communicator's sleep on the completion channel and async fd.
-#include "core/config.h"
+#include "src/base/config.h"
 #include "transports/ib/ib_transport.h"
 #include "transports/net.h"
 

@@ -23,8 +23,8 @@
 #include <new>
 #include <string>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 
 namespace coll {
 

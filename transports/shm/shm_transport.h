@@ -10,10 +10,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/deadline.h"
-#include "core/status.h"
-#include "topo/topology.h"
+#include "src/oob/bootstrap.h"
+#include "src/base/deadline.h"
+#include "src/base/status.h"
+#include "src/topo/topology.h"
 #include "transports/transport.h"
 
 namespace coll {

@@ -2,7 +2,7 @@
 // the stream count and stripe; the higher rank accepts and adopts them.
 #include <cstring>
 
-#include "core/log.h"
+#include "src/base/log.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {

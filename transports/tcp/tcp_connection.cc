@@ -11,8 +11,8 @@
 #include <climits>
 #include <cstdlib>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {

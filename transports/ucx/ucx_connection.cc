@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/log.h"
+#include "src/base/log.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace coll {

@@ -16,8 +16,8 @@
 #include <set>
 #include <system_error>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace coll {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/deadline.h"
-#include "core/status.h"
+#include "src/oob/bootstrap.h"
+#include "src/base/deadline.h"
+#include "src/base/status.h"
 #include "transports/net.h"
 #include "transports/transport.h"
 

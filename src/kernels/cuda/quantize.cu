@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernels/quantize_cuda.h"
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "src/kernels/quantize_cuda.h"
+#include "src/kernels/cuda/quantize_kernels.cuh"
 
 namespace coll::kernels::cuda {
 namespace {

@@ -1,0 +1,834 @@
+// The C API: validates arguments, turns calls into CollArgs for the communicator, and never
+// touches a socket. Handles are indices into a registry with a generation count, so a call on a
+// destroyed communicator is a clean error that never dereferences freed memory.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/collective.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+#include "src/schedule/coll_args.h"
+#include "src/comm/comm.h"
+#include "src/base/config.h"
+#include "src/oob/env_bootstrap.h"
+#include "src/base/log.h"
+#include "src/comm/shrink.h"
+#include "src/oob/socket.h"
+#include "src/base/status.h"
+#include "src/comm/stream.h"
+#include "src/kernels/quantize.h"
+#include "src/schedule/schedule.h"
+#include "src/kernels/reduce.h"
+
+namespace coll {
+namespace {
+
+// ---- errors -----------------------------------------------------------------------------------
+
+thread_local std::string tLastError;
+
+collResult_t report(const Status& status, int rank = -1) {
+  if (!status.ok()) {
+    tLastError = status.message();
+    COLL_WARN(rank, "%s", status.message().c_str());
+  }
+  return status.code();
+}
+
+// ---- handle registry ---------------------------------------------------------------------------
+// A handle encodes (slot + 1) << 32 | generation. Slots are never freed; a slot's generation
+// changes when its communicator is destroyed, so stale handles fail the lookup.
+
+struct Slot {
+  std::unique_ptr<Comm> comm;
+  uint32_t generation = 1;
+};
+
+std::mutex gRegistryMu;
+std::vector<Slot>& registry() {
+  static std::vector<Slot>* slots = new std::vector<Slot>();  // never destroyed: safe at exit
+  return *slots;
+}
+
+collComm_t registerComm(std::unique_ptr<Comm> comm) {
+  std::lock_guard<std::mutex> lock(gRegistryMu);
+  auto& slots = registry();
+  size_t index = slots.size();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i].comm) {
+      index = i;
+      break;
+    }
+  }
+  if (index == slots.size()) slots.emplace_back();
+  slots[index].comm = std::move(comm);
+  uint64_t handle = (static_cast<uint64_t>(index + 1) << 32) | slots[index].generation;
+  return reinterpret_cast<collComm_t>(static_cast<uintptr_t>(handle));
+}
+
+Status lookup(const collComm_t handle, Comm** out) {
+  if (handle == nullptr) return makeError(collInvalidArgument, "communicator is NULL");
+  uint64_t h = reinterpret_cast<uintptr_t>(handle);
+  uint64_t index = (h >> 32) - 1;
+  uint32_t generation = static_cast<uint32_t>(h);
+  std::lock_guard<std::mutex> lock(gRegistryMu);
+  auto& slots = registry();
+  if ((h >> 32) == 0 || index >= slots.size() || !slots[index].comm || slots[index].generation != generation) {
+    return makeError(collInvalidArgument,
+                     "communicator %p is not valid (destroyed, aborted, or never created)", static_cast<void*>(handle));
+  }
+  *out = slots[index].comm.get();
+  return okStatus();
+}
+
+// Removes the communicator from the registry and returns it for destruction outside the lock.
+Status unregister(collComm_t handle, std::unique_ptr<Comm>* out) {
+  Comm* comm = nullptr;
+  COLL_TRY(lookup(handle, &comm));
+  uint64_t index = (reinterpret_cast<uintptr_t>(handle) >> 32) - 1;
+  std::lock_guard<std::mutex> lock(gRegistryMu);
+  Slot& slot = registry()[index];
+  *out = std::move(slot.comm);
+  slot.generation++;
+  if (slot.generation == 0) slot.generation = 1;
+  return okStatus();
+}
+
+// ---- groups ---------------------------------------------------------------------------------------
+
+struct QueuedCall {
+  collComm_t comm;
+  CollArgs args;  // Send/Recv: a point-to-point call (buffer in sendbuff/recvbuff)
+  std::shared_ptr<HostStream> stream;
+};
+thread_local int tGroupDepth = 0;
+thread_local std::vector<QueuedCall> tGroupCalls;
+
+// ---- argument validation -------------------------------------------------------------------------
+
+Status validateConfig(const collConfig_t* config, CommConfig* out) {
+  if (config == nullptr) return okStatus();
+  if (config->magic != COLL_CONFIG_MAGIC || config->size < offsetof(collConfig_t, timeoutMs)) {
+    return makeError(collInvalidArgument,
+                     "config is not initialized: start from COLL_CONFIG_INITIALIZER (magic %#x, size %zu)",
+                     config->magic, config->size);
+  }
+  // Fields beyond what the caller's (older) struct has keep their defaults.
+  auto has = [&](size_t offset, size_t size) { return config->size >= offset + size; };
+  if (has(offsetof(collConfig_t, blocking), sizeof(int)) && config->blocking != COLL_CONFIG_UNDEF_INT &&
+      config->blocking != 1) {
+    if (config->blocking != 0) return makeError(collInvalidArgument, "config.blocking must be 0 or 1");
+    return makeError(collInvalidUsage, "non-blocking communicators (config.blocking=0) are not supported yet");
+  }
+  if (has(offsetof(collConfig_t, timeoutMs), sizeof(int)) && config->timeoutMs != COLL_CONFIG_UNDEF_INT) {
+    if (config->timeoutMs <= 0) return makeError(collInvalidArgument, "config.timeoutMs must be > 0");
+    out->timeoutMs = config->timeoutMs;
+  }
+  if (has(offsetof(collConfig_t, netName), sizeof(char*)) && config->netName) out->netName = config->netName;
+  if (has(offsetof(collConfig_t, commName), sizeof(char*)) && config->commName) out->commName = config->commName;
+  return okStatus();
+}
+
+Status validateType(collDataType_t datatype) {
+  if (static_cast<int>(datatype) < 0 || datatype >= collNumTypes) {
+    return makeError(collInvalidArgument, "invalid datatype %d", static_cast<int>(datatype));
+  }
+  return okStatus();
+}
+
+bool reduces(CollKind kind) {
+  return kind == CollKind::AllReduce || kind == CollKind::Reduce || kind == CollKind::ReduceScatter;
+}
+
+// How many elements each buffer of a call holds on this rank (0 = not used here), per NCCL.
+void bufferElements(const CollArgs& a, int rank, int nranks, uint64_t* sendElems, uint64_t* recvElems) {
+  const uint64_t n = static_cast<uint64_t>(nranks), c = a.count;
+  const bool root = rank == a.root;
+  switch (a.kind) {
+    case CollKind::AllReduce: *sendElems = c, *recvElems = c; break;
+    case CollKind::Broadcast: *sendElems = root ? c : 0, *recvElems = c; break;
+    case CollKind::Reduce: *sendElems = c, *recvElems = root ? c : 0; break;
+    case CollKind::AllGather: *sendElems = c, *recvElems = c * n; break;
+    case CollKind::ReduceScatter: *sendElems = c * n, *recvElems = c; break;
+    case CollKind::AlltoAll: *sendElems = c * n, *recvElems = c * n; break;
+    case CollKind::Gather: *sendElems = c, *recvElems = root ? c * n : 0; break;
+    case CollKind::Scatter: *sendElems = root ? c * n : 0, *recvElems = c; break;
+    case CollKind::Send: *sendElems = c, *recvElems = 0; break;
+    case CollKind::Recv: *sendElems = 0, *recvElems = c; break;
+    case CollKind::Barrier: *sendElems = 0, *recvElems = 0; break;
+  }
+}
+
+// The receive-buffer address at which the send buffer counts as in place (NCCL's rules), or
+// nullptr when the collective has no in-place form other than equal pointers.
+const void* inPlaceSend(const CollArgs& a, int rank, size_t es) {
+  auto at = [&](const void* base, uint64_t block) {
+    return static_cast<const void*>(static_cast<const char*>(base) + block * a.count * es);
+  };
+  switch (a.kind) {
+    case CollKind::AllGather: return at(a.recvbuff, static_cast<uint64_t>(rank));
+    case CollKind::Gather: return rank == a.root ? at(a.recvbuff, static_cast<uint64_t>(a.root)) : nullptr;
+    case CollKind::ReduceScatter: return nullptr;  // checked the other way round below
+    case CollKind::Scatter: return nullptr;
+    default: return a.recvbuff;
+  }
+}
+const void* inPlaceRecv(const CollArgs& a, int rank, size_t es) {
+  auto at = [&](const void* base, uint64_t block) {
+    return static_cast<const void*>(static_cast<const char*>(base) + block * a.count * es);
+  };
+  if (a.kind == CollKind::ReduceScatter) return at(a.sendbuff, static_cast<uint64_t>(rank));
+  if (a.kind == CollKind::Scatter && rank == a.root) return at(a.sendbuff, static_cast<uint64_t>(a.root));
+  return nullptr;
+}
+
+// Validates a call against NCCL's conventions before anything is touched.
+Status validateCall(Comm& comm, const CollArgs& a) {
+  const int nranks = comm.nranks(), rank = comm.rank();
+  const char* what = collKindName(a.kind);
+  if (a.kind != CollKind::Barrier) {
+    COLL_TRY(validateType(a.dtype));
+    if (reduces(a.kind)) {
+      // Read as an integer: a caller's out-of-range value is not a valid enum value to load.
+      int op = 0;
+      memcpy(&op, &a.op, sizeof(op));
+      if (op < 0) return makeError(collInvalidArgument, "%s: invalid reduction op %d", what, op);
+      if (op >= collNumOps) COLL_TRY(comm.checkUserOp(a.op, a.dtype));
+    }
+  }
+  if (a.kind == CollKind::Broadcast || a.kind == CollKind::Reduce || a.kind == CollKind::Gather ||
+      a.kind == CollKind::Scatter) {
+    if (a.root < 0 || a.root >= nranks) {
+      return makeError(collInvalidArgument, "%s: root %d is out of range for %d ranks", what, a.root, nranks);
+    }
+  }
+  if (a.kind == CollKind::Send || a.kind == CollKind::Recv) {
+    if (a.peer < 0 || a.peer >= nranks) {
+      return makeError(collInvalidArgument, "%s: peer %d is out of range for %d ranks", what, a.peer, nranks);
+    }
+  }
+  const size_t es = dataTypeSize(a.dtype);
+  // Element counts are bounded by the executor's progress encoding (2^40) and byte sizes by size_t.
+  const uint64_t maxElems = static_cast<uint64_t>(1) << 40;
+  if (a.count > maxElems || a.count * static_cast<uint64_t>(nranks) > maxElems || a.count > SIZE_MAX / es / nranks) {
+    return makeError(collInvalidArgument, "%s: count %llu is too large (at most 2^40 elements per buffer)", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  uint64_t sendElems = 0, recvElems = 0;
+  bufferElements(a, rank, nranks, &sendElems, &recvElems);
+  if (sendElems > 0 && a.sendbuff == nullptr) {
+    return makeError(collInvalidArgument, "%s: sendbuff is NULL with count %llu", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  if (recvElems > 0 && a.recvbuff == nullptr) {
+    return makeError(collInvalidArgument, "%s: recvbuff is NULL with count %llu", what,
+                     static_cast<unsigned long long>(a.count));
+  }
+  if (sendElems > 0 && recvElems > 0 && a.sendbuff != a.recvbuff) {
+    uintptr_t s = reinterpret_cast<uintptr_t>(a.sendbuff), r = reinterpret_cast<uintptr_t>(a.recvbuff);
+    uint64_t sb = sendElems * es, rb = recvElems * es;
+    bool overlap = s < r + rb && r < s + sb;
+    bool inPlace = a.sendbuff == inPlaceSend(a, rank, es) || a.recvbuff == inPlaceRecv(a, rank, es);
+    if (overlap && !inPlace) {
+      return makeError(collInvalidArgument,
+                       "%s: sendbuff and recvbuff overlap without being NCCL's in-place layout", what);
+    }
+  }
+  return okStatus();
+}
+
+Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, const CommConfig& config) {
+  if (out == nullptr) return makeError(collInvalidArgument, "comm (output pointer) is NULL");
+  *out = nullptr;
+  if (nranks < 1 || nranks > (1 << 24)) return makeError(collInvalidArgument, "nranks %d is out of range", nranks);
+  if (rank < 0 || rank >= nranks) {
+    return makeError(collInvalidArgument, "rank %d is out of range for %d ranks", rank, nranks);
+  }
+  std::unique_ptr<Comm> comm;
+  COLL_TRY(Comm::create(id, nranks, rank, config, &comm));
+  *out = registerComm(std::move(comm));
+  return okStatus();
+}
+
+
+bool isP2p(const CollArgs& a) { return a.kind == CollKind::Send || a.kind == CollKind::Recv; }
+
+// Zero-count collectives are no-ops (a barrier always runs).
+bool worthRunning(const CollArgs& a) { return a.count > 0 || a.kind == CollKind::Barrier || isP2p(a); }
+
+// Runs a communicator's work now (NULL stream) or queues it on a host stream.
+Status dispatch(Comm& comm, Comm::Work work, const std::shared_ptr<HostStream>& stream) {
+  if (!stream) return comm.runNow(std::move(work));
+  work.stream = stream;
+  work.ticket = stream->enqueue();
+  Status s = comm.enqueue(std::move(work));
+  if (!s.ok()) stream->complete(work.ticket, s);
+  return s;
+}
+
+// Runs one call now, or queues it inside a group.
+collResult_t submit(collComm_t handle, const CollArgs& args, collStream_t stream) {
+  Comm* c = nullptr;
+  Status s = lookup(handle, &c);
+  if (!s.ok()) return report(s);
+  s = validateCall(*c, args);
+  std::shared_ptr<HostStream> hostStream;
+  if (s.ok() && stream != nullptr) s = findHostStream(stream, &hostStream);
+  if (!s.ok()) return report(s, c->rank());
+  if (tGroupDepth > 0) {
+    tGroupCalls.push_back(QueuedCall{handle, args, std::move(hostStream)});
+    return collSuccess;
+  }
+  if (!worthRunning(args)) return collSuccess;
+  if (!hostStream) return report(c->runNow(args), c->rank());
+  Comm::Work work;
+  if (isP2p(args)) work.p2p.push_back(Comm::p2pCallOf(args));
+  else work.collectives.push_back(args);
+  return report(dispatch(*c, std::move(work), hostStream), c->rank());
+}
+
+// A group: per communicator (in order of first appearance), its collectives in issue order
+// (every rank issues them in the same order), then its point-to-point calls as one batch that
+// progresses together, so any mix of sends and receives completes. All calls of a group share
+// one stream (or none).
+Status runGroup(std::vector<QueuedCall>& calls) {
+  if (calls.empty()) return okStatus();
+  for (const QueuedCall& call : calls) {
+    if (call.stream != calls.front().stream) {
+      return makeError(collInvalidUsage, "the calls of one group must use the same stream");
+    }
+  }
+  std::vector<collComm_t> comms;
+  for (const QueuedCall& call : calls) {
+    if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
+  }
+  Status first;
+  for (collComm_t handle : comms) {
+    Comm::Work work;
+    for (const QueuedCall& call : calls) {
+      if (call.comm != handle || !worthRunning(call.args)) continue;
+      if (isP2p(call.args)) work.p2p.push_back(Comm::p2pCallOf(call.args));
+      else work.collectives.push_back(call.args);
+    }
+    Comm* c = nullptr;
+    Status s = lookup(handle, &c);
+    if (s.ok()) s = dispatch(*c, std::move(work), calls.front().stream);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+// The PreMulSum scalar of `dtype` at `scalar`, as a double.
+bool scalarToDouble(const void* scalar, collDataType_t dtype, double* out) {
+  switch (dtype) {
+    case collInt8: *out = *static_cast<const int8_t*>(scalar); return true;
+    case collUint8: *out = *static_cast<const uint8_t*>(scalar); return true;
+    case collInt32: *out = *static_cast<const int32_t*>(scalar); return true;
+    case collUint32: *out = *static_cast<const uint32_t*>(scalar); return true;
+    case collInt64: *out = static_cast<double>(*static_cast<const int64_t*>(scalar)); return true;
+    case collUint64: *out = static_cast<double>(*static_cast<const uint64_t*>(scalar)); return true;
+    case collFloat16: *out = kernels::halfToFloat(*static_cast<const uint16_t*>(scalar)); return true;
+    case collBfloat16: *out = kernels::bfloat16ToFloat(*static_cast<const uint16_t*>(scalar)); return true;
+    case collFloat32: *out = *static_cast<const float*>(scalar); return true;
+    case collFloat64: *out = *static_cast<const double*>(scalar); return true;
+    case collFloat8e4m3: *out = kernels::fp8e4m3ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
+    case collFloat8e5m2: *out = kernels::fp8e5m2ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
+    default: return false;
+  }
+}
+
+// collCommSplit over the parent's own collectives: an all-gather of (color, key); each color's
+// new rank 0 starts a rendezvous; an all-gather of the unique ids tells every member its id.
+Status splitComm(Comm& parent, int color, int key, const CommConfig& config, collComm_t* out) {
+  const int n = parent.nranks(), me = parent.rank();
+  std::vector<int32_t> mine = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(n));
+  CollArgs gather;
+  gather.kind = CollKind::AllGather, gather.sendbuff = mine.data(), gather.recvbuff = all.data();
+  gather.count = 2, gather.dtype = collInt32;
+  Comm::Work colors;
+  colors.collectives.push_back(gather);
+  COLL_TRY(parent.runNow(std::move(colors)).withContext("collCommSplit: exchanging colors"));
+  std::vector<int> members;  // old ranks of my color, in new-rank order
+  if (color != COLL_SPLIT_NOCOLOR) {
+    for (int r = 0; r < n; ++r) {
+      if (all[2 * r] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  }
+  const int newRank =
+      color == COLL_SPLIT_NOCOLOR ? -1 : static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  collUniqueId myId;
+  memset(&myId, 0, sizeof(myId));
+  if (newRank == 0) {
+    Secret secret;
+    COLL_TRY(randomSecret(&secret));
+    COLL_TRY(startBootstrapRoot(SocketAddress{}, &secret, &myId).withContext("collCommSplit: starting the rendezvous"));
+  }
+  std::vector<collUniqueId> ids(static_cast<size_t>(n));
+  CollArgs idGather;
+  idGather.kind = CollKind::AllGather, idGather.sendbuff = &myId, idGather.recvbuff = ids.data();
+  idGather.count = sizeof(collUniqueId), idGather.dtype = collUint8;
+  Comm::Work idWork;
+  idWork.collectives.push_back(idGather);
+  COLL_TRY(parent.runNow(std::move(idWork)).withContext("collCommSplit: exchanging rendezvous ids"));
+  if (color == COLL_SPLIT_NOCOLOR) return okStatus();
+  return initComm(out, static_cast<int>(members.size()), ids[members[0]], newRank, config);
+}
+}  // namespace
+}  // namespace coll
+
+using namespace coll;
+
+extern "C" {
+
+collResult_t collGetVersion(int* version) {
+  if (version == nullptr) return report(makeError(collInvalidArgument, "version is NULL"));
+  *version = COLL_VERSION_CODE;
+  return collSuccess;
+}
+
+collResult_t collGetUniqueId(collUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return report(makeError(collInvalidArgument, "uniqueId is NULL"));
+  Secret secret;
+  Status s = randomSecret(&secret);
+  if (!s.ok()) return report(s);
+  // An empty bind address: the interface selected by COLL_SOCKET_IFNAME / the default rule.
+  return report(startBootstrapRoot(SocketAddress{}, &secret, uniqueId));
+}
+
+collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId, int rank) {
+  return report(initComm(comm, nranks, commId, rank, CommConfig{}), rank);
+}
+
+collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank,
+                                    collConfig_t* config) {
+  CommConfig cc;
+  Status s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s, rank);
+  return report(initComm(comm, nranks, commId, rank, cc), rank);
+}
+
+collResult_t collCommInitFromEnv(collComm_t* comm, collConfig_t* config) {
+  if (comm == nullptr) return report(makeError(collInvalidArgument, "comm (output pointer) is NULL"));
+  CommConfig cc;
+  Status s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s);
+  EnvBootstrap env;
+  s = resolveEnvBootstrap(&env);
+  if (!s.ok()) return report(s);
+  collUniqueId id;
+  s = envUniqueId(env, env.rank == 0, &id);
+  if (!s.ok()) return report(s, env.rank);
+  return report(initComm(comm, env.nranks, id, env.rank, cc), env.rank);
+}
+
+collResult_t collCommFinalize(collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  // Outstanding stream work completes first: an empty piece of work queued behind it runs last.
+  return report(c->runNow(Comm::Work{}), c->rank());
+}
+
+collResult_t collCommDestroy(collComm_t comm) {
+  std::unique_ptr<Comm> c;
+  Status s = unregister(comm, &c);
+  if (!s.ok()) return report(s);
+  c.reset();
+  return collSuccess;
+}
+
+collResult_t collCommAbort(collComm_t comm) {
+  std::unique_ptr<Comm> c;
+  Status s = unregister(comm, &c);
+  if (!s.ok()) return report(s);
+  c->abort();
+  c.reset();
+  return collSuccess;
+}
+
+collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* asyncError) {
+  if (asyncError == nullptr) return report(makeError(collInvalidArgument, "asyncError is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *asyncError = c->asyncError();
+  return collSuccess;
+}
+
+collResult_t collCommGetStats(collComm_t comm, collCommStats_t* stats) {
+  if (stats == nullptr) return report(makeError(collInvalidArgument, "stats is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *stats = c->stats();
+  return collSuccess;
+}
+
+collResult_t collCommCount(const collComm_t comm, int* count) {
+  if (count == nullptr) return report(makeError(collInvalidArgument, "count is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *count = c->nranks();
+  return collSuccess;
+}
+
+collResult_t collCommUserRank(const collComm_t comm, int* rank) {
+  if (rank == nullptr) return report(makeError(collInvalidArgument, "rank is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *rank = c->rank();
+  return collSuccess;
+}
+
+// ---- fault tolerance (issue 8; collCommShrink lives elsewhere) -----------------------------------
+
+collResult_t collCommGetFailedRanks(collComm_t comm, int* ranks, int maxRanks, int* count) {
+  if (count == nullptr) return report(makeError(collInvalidArgument, "count is NULL"));
+  if (maxRanks < 0) return report(makeError(collInvalidArgument, "maxRanks is %d; want >= 0", maxRanks));
+  if (maxRanks > 0 && ranks == nullptr) {
+    return report(makeError(collInvalidArgument, "ranks is NULL but maxRanks is %d", maxRanks));
+  }
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  const std::vector<int> failed = c->failedRanks();
+  for (size_t i = 0; i < failed.size() && i < static_cast<size_t>(maxRanks); ++i) ranks[i] = failed[i];
+  *count = static_cast<int>(failed.size());
+  return collSuccess;
+}
+
+collResult_t collCommDump(collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  c->dump("collCommDump");
+  c->dumpLanes("collCommDump");
+  return collSuccess;
+}
+
+collResult_t collCommRevoke(collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  s = c->revoke();
+  Status lanes = c->revokeLanes();  // a lane's ranks may be waiting in the lane's own calls
+  return report(s.ok() ? lanes : s, c->rank());
+}
+
+const char* collGetErrorString(collResult_t result) {
+  switch (result) {
+    case collSuccess: return "no error";
+    case collUnhandledCudaError: return "unhandled cuda error (run with COLL_DEBUG=INFO for details)";
+    case collSystemError: return "unhandled system error (run with COLL_DEBUG=INFO for details)";
+    case collInternalError: return "internal error - please report this issue to the libcollective developers";
+    case collInvalidArgument: return "invalid argument (run with COLL_DEBUG=WARN for details)";
+    case collInvalidUsage: return "invalid usage (run with COLL_DEBUG=WARN for details)";
+    case collRemoteError: return "remote process exited or there was a network error";
+    case collInProgress: return "operation in progress";
+    case collTimeout: return "timeout: a peer did not make progress within COLL_TIMEOUT";
+    default: return "unknown result code";
+  }
+}
+
+const char* collGetLastError(collComm_t comm) {
+  (void)comm;  // errors are kept per thread; a communicator's failures are reported there too
+  return tLastError.c_str();
+}
+
+collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                           collRedOp_t op, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op;
+  return submit(comm, a, stream);
+}
+
+}  // extern "C": reopened below; a C++ helper returning Status must not have C linkage (clang warns)
+
+namespace {
+
+// The compression settings of a collAllReduceCompressed call, checked (nothing is touched before).
+Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* residual,
+                     CollArgs::Compression* out) {
+  if (cfg == nullptr) return makeError(collInvalidArgument, "collAllReduceCompressed: cfg is NULL");
+  // Read what the caller's struct version has: fields past its size keep their defaults.
+  collCompression_t c = COLL_COMPRESSION_INITIALIZER;
+  if (cfg->size < offsetof(collCompression_t, minBytes) || cfg->size > sizeof(collCompression_t)) {
+    return makeError(collInvalidArgument,
+                     "collAllReduceCompressed: cfg->size is %zu; start from COLL_COMPRESSION_INITIALIZER", cfg->size);
+  }
+  memcpy(&c, cfg, cfg->size);
+  int kind = 0, rounding = 0, op = 0;
+  memcpy(&kind, &c.kind, sizeof(kind));
+  memcpy(&rounding, &c.rounding, sizeof(rounding));
+  memcpy(&op, &a.op, sizeof(op));
+  if (kind != collCompressInt4) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: compression kind %d is not supported (int4 is)", kind);
+  }
+  const int block = c.blockSize == 0 ? 64 : c.blockSize;
+  if (!kernels::validQuantBlockSize(block)) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: blockSize %d is not 32, 64, 128 or 256", c.blockSize);
+  }
+  if (rounding != collRoundNearest && rounding != collRoundStochastic) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: rounding %d is neither nearest nor stochastic",
+                     rounding);
+  }
+  if (op != collSum && op != collAvg) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: op %d; compression supports sum and avg", op);
+  }
+  if (a.dtype != collFloat32 && a.dtype != collFloat16 && a.dtype != collBfloat16) {
+    return makeError(collInvalidArgument, "collAllReduceCompressed: datatype %d; compression takes float32, float16 "
+                     "or bfloat16", static_cast<int>(a.dtype));
+  }
+  if (residual != nullptr) {
+    if (reinterpret_cast<uintptr_t>(residual) % alignof(float) != 0) {
+      return makeError(collInvalidArgument, "collAllReduceCompressed: residual is not aligned for float");
+    }
+    const auto* r = static_cast<const std::byte*>(residual);
+    const uint64_t rb = a.count * sizeof(float), ub = a.count * dataTypeSize(a.dtype);
+    for (const void* buf : {static_cast<const void*>(a.sendbuff), static_cast<const void*>(a.recvbuff)}) {
+      const auto* b = static_cast<const std::byte*>(buf);
+      if (b != nullptr && r < b + ub && b < r + rb) {
+        return makeError(collInvalidArgument, "collAllReduceCompressed: residual overlaps sendbuff or recvbuff");
+      }
+    }
+  }
+  out->blockSize = block;
+  out->stochastic = rounding == collRoundStochastic;
+  out->seed = c.seed;
+  out->step = c.step;
+  out->minBytes = c.minBytes != 0 ? c.minBytes : static_cast<uint64_t>(knobBytes("COLL_COMPRESS_MIN_BYTES"));
+  out->residual = static_cast<float*>(residual);
+  return okStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                     collRedOp_t op, const collCompression_t* cfg, void* residual, collComm_t comm,
+                                     collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op;
+  Status s = compressionOf(cfg, a, residual, &a.compress);
+  if (!s.ok()) return report(s);
+  return submit(comm, a, stream);
+}
+
+collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                           collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Broadcast, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, collRedOp_t op,
+                        int root, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Reduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.op = op, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collDataType_t datatype,
+                           collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AllGather, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = sendcount;
+  a.dtype = datatype;
+  return submit(comm, a, stream);
+}
+
+collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collDataType_t datatype,
+                               collRedOp_t op, collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::ReduceScatter, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = recvcount;
+  a.dtype = datatype, a.op = op;
+  return submit(comm, a, stream);
+}
+
+collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                          collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::AlltoAll, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype;
+  return submit(comm, a, stream);
+}
+
+collResult_t collGather(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                        collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Gather, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collScatter(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                         collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Scatter, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
+  a.dtype = datatype, a.root = root;
+  return submit(comm, a, stream);
+}
+
+collResult_t collSend(const void* sendbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                      collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Send, a.sendbuff = sendbuff, a.count = count, a.dtype = datatype, a.peer = peer;
+  return submit(comm, a, stream);
+}
+
+collResult_t collRecv(void* recvbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                      collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Recv, a.recvbuff = recvbuff, a.count = count, a.dtype = datatype, a.peer = peer;
+  return submit(comm, a, stream);
+}
+
+collResult_t collBarrier(collComm_t comm, collStream_t stream) {
+  CollArgs a;
+  a.kind = CollKind::Barrier, a.dtype = collUint8, a.count = 0;
+  return submit(comm, a, stream);
+}
+
+collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataType_t datatype,
+                                      collScalarResidence_t residence, collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (op == nullptr || scalar == nullptr) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: %s is NULL", op ? "scalar" : "op"));
+  }
+  s = validateType(datatype);
+  if (!s.ok()) return report(s, c->rank());
+  if (residence != collScalarHostImmediate) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: host buffers need "
+                            "collScalarHostImmediate (the scalar is read now)"), c->rank());
+  }
+  double value = 0;
+  if (!scalarToDouble(scalar, datatype, &value)) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: datatype %d has no scalar form", datatype),
+                  c->rank());
+  }
+  return report(c->createPreMulSum(value, datatype, op), c->rank());
+}
+
+collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  return report(c->destroyRedOp(op), c->rank());
+}
+
+collResult_t collHostStreamCreate(collStream_t* stream) {
+  if (stream == nullptr) return report(makeError(collInvalidArgument, "collHostStreamCreate: stream is NULL"));
+  return report(createHostStream(stream));
+}
+
+collResult_t collHostStreamDestroy(collStream_t stream) { return report(destroyHostStream(stream)); }
+
+collResult_t collHostStreamQuery(collStream_t stream) {
+  std::shared_ptr<HostStream> s;
+  Status st = findHostStream(stream, &s);
+  if (!st.ok()) return report(st);
+  std::string message;
+  collResult_t r = s->query(&message);
+  if (r != collSuccess && r != collInProgress) tLastError = message;
+  return r;
+}
+
+collResult_t collHostStreamSynchronize(collStream_t stream) {
+  std::shared_ptr<HostStream> s;
+  Status st = findHostStream(stream, &s);
+  if (!st.ok()) return report(st);
+  // Each queued operation has its own deadline; this bounds the wait for all of them.
+  return report(s->synchronize(Deadline::afterMs(4 * defaultTimeoutMs())));
+}
+
+collResult_t collGroupStart(void) {
+  tGroupDepth++;
+  return collSuccess;
+}
+
+collResult_t collGroupEnd(void) {
+  if (tGroupDepth == 0) return report(makeError(collInvalidUsage, "collGroupEnd without collGroupStart"));
+  if (--tGroupDepth > 0) return collSuccess;
+  std::vector<QueuedCall> calls;
+  calls.swap(tGroupCalls);
+  return report(runGroup(calls));
+}
+
+collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm, collConfig_t* config) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (newcomm == nullptr) return report(makeError(collInvalidArgument, "collCommSplit: newcomm is NULL"), c->rank());
+  *newcomm = nullptr;
+  if (color < 0 && color != COLL_SPLIT_NOCOLOR) {
+    return report(makeError(collInvalidArgument, "collCommSplit: color %d must be >= 0 or COLL_SPLIT_NOCOLOR", color),
+                  c->rank());
+  }
+  CommConfig cc = c->config();
+  s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s, c->rank());
+  return report(splitComm(*c, color, key, cc, newcomm), c->rank());
+}
+
+collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount, collComm_t* newcomm,
+                            collConfig_t* config) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (newcomm == nullptr) return report(makeError(collInvalidArgument, "collCommShrink: newcomm is NULL"), c->rank());
+  *newcomm = nullptr;
+  CommConfig cc = c->config();
+  cc.commName = cc.commName.empty() ? std::string("shrink") : cc.commName + "-shrink";
+  s = validateConfig(config, &cc);
+  if (!s.ok()) return report(s.withContext("collCommShrink"), c->rank());
+  std::unique_ptr<Comm> child;
+  s = shrinkComm(*c, excludeRanks, excludeCount, cc, &child);
+  if (!s.ok()) return report(s, c->rank());
+  *newcomm = registerComm(std::move(child));
+  return collSuccess;
+}
+
+collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist) {
+  (void)devlist;  // host ranks: no devices to bind
+  if (comms == nullptr) return report(makeError(collInvalidArgument, "collCommInitAll: comms is NULL"));
+  if (ndev < 1) return report(makeError(collInvalidArgument, "collCommInitAll: ndev %d must be >= 1", ndev));
+  collUniqueId id;
+  Secret secret;
+  Status s = randomSecret(&secret);
+  if (s.ok()) s = startBootstrapRoot(SocketAddress{}, &secret, &id);
+  if (!s.ok()) return report(s);
+  std::vector<Status> results(ndev);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ndev; ++r) {
+    threads.emplace_back([&, r] { results[r] = initComm(&comms[r], ndev, id, r, CommConfig{}); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ndev; ++r) {
+    if (!results[r].ok()) {
+      for (int q = 0; q < ndev; ++q) {
+        if (results[q].ok()) (void)collCommDestroy(comms[q]);
+        comms[q] = nullptr;
+      }
+      return report(results[r], r);
+    }
+  }
+  return collSuccess;
+}
+
+}  // extern "C"

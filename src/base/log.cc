@@ -1,0 +1,91 @@
+// Logging implementation (see log.h).
+#include "src/base/log.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "src/base/config.h"
+
+namespace coll {
+
+namespace {
+
+std::atomic<int> gLevel{-1};
+std::mutex gFileMu;
+FILE* gFile = nullptr;
+std::atomic<LogSink> gSink{nullptr};
+
+int parseLevel() {
+  std::string v = knobString("COLL_DEBUG");
+  for (auto& c : v) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  if (v == "NONE" || v == "0") return 0;
+  if (v == "INFO") return 2;
+  if (v == "TRACE") return 3;
+  return 1;
+}
+
+FILE* logFile() {
+  if (gFile) return gFile;
+  std::string path = knobString("COLL_DEBUG_FILE");
+  if (!path.empty()) {
+    std::string expanded;
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'h') expanded += host, ++i;
+      else if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') expanded += std::to_string(getpid()), ++i;
+      else expanded += path[i];
+    }
+    gFile = fopen(expanded.c_str(), "a");
+  }
+  if (!gFile) gFile = stderr;
+  return gFile;
+}
+
+}  // namespace
+
+LogLevel logLevel() {
+  int level = gLevel.load(std::memory_order_relaxed);
+  if (level < 0) {
+    level = parseLevel();
+    gLevel.store(level, std::memory_order_relaxed);
+  }
+  return static_cast<LogLevel>(level);
+}
+
+void logReset() { gLevel.store(-1); }
+
+void setLogSink(LogSink sink) { gSink.store(sink); }
+
+void logPrintf(LogLevel level, int rank, const char* fmt, ...) {
+  static const char* kNames[] = {"NONE", "WARN", "INFO", "TRACE"};
+  char host[64] = {0};
+  gethostname(host, sizeof(host) - 1);
+  char* dot = strchr(host, '.');
+  if (dot) *dot = '\0';
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (LogSink sink = gSink.load()) {
+    sink(level, msg);
+    return;
+  }
+  char rankText[16] = "";
+  if (rank >= 0) snprintf(rankText, sizeof(rankText), " [%d]", rank);
+  std::lock_guard<std::mutex> lock(gFileMu);
+  FILE* f = logFile();
+  fprintf(f, "%s:%d:%ld%s COLL %s %s\n", host, static_cast<int>(getpid()),
+          static_cast<long>(syscall(SYS_gettid)), rankText, kNames[static_cast<int>(level)], msg);
+  fflush(f);
+}
+
+}  // namespace coll

@@ -1,0 +1,454 @@
+// Communicator fault tolerance (see failure.h and docs/ARCHITECTURE.md, "Failure detection and
+// propagation"): recording and spreading failed ranks, the wait-for chain on a timeout, revocation,
+// and dumps of what this rank is doing (collCommDump, SIGUSR1).
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "src/comm/comm.h"
+#include "src/base/config.h"
+#include "src/comm/lanes.h"
+#include "src/base/log.h"
+#include "src/plan/planner.h"
+#include "transports/net.h"
+
+namespace coll {
+
+namespace {
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// ---- live communicators, for the SIGUSR1 dump -------------------------------------------------
+
+std::mutex gLiveMu;
+std::set<Comm*>& liveComms() {
+  static auto* comms = new std::set<Comm*>();  // never destroyed: safe at exit
+  return *comms;
+}
+
+int gSignalPipe[2] = {-1, -1};
+
+void onDumpSignal(int) {
+  const int saved = errno;
+  const char byte = 1;
+  ssize_t n = ::write(gSignalPipe[1], &byte, 1);  // async-signal-safe; the dump thread does the rest
+  (void)n;
+  errno = saved;
+}
+
+void dumpThread() {
+  for (;;) {
+    char buf[64];
+    const ssize_t n = ::read(gSignalPipe[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    std::lock_guard<std::mutex> lock(gLiveMu);
+    for (Comm* c : liveComms()) c->dump("SIGUSR1");
+  }
+}
+
+// COLL_DUMP_ON_SIGNAL=1: installs the handler and its thread once per process.
+void maybeInstallDumpSignal() {
+  if (!knobBool("COLL_DUMP_ON_SIGNAL")) return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::pipe2(gSignalPipe, O_CLOEXEC) != 0) {
+      COLL_WARN(-1, "COLL_DUMP_ON_SIGNAL: pipe failed (%s); SIGUSR1 dumps are off", errnoText(errno).c_str());
+      return;
+    }
+    (void)::fcntl(gSignalPipe[1], F_SETFL, O_NONBLOCK);  // a burst of signals must never block
+    std::thread(dumpThread).detach();
+    struct sigaction sa {};
+    sa.sa_handler = onDumpSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(SIGUSR1, &sa, nullptr) != 0) {
+      COLL_WARN(-1, "COLL_DUMP_ON_SIGNAL: sigaction failed (%s)", errnoText(errno).c_str());
+    }
+  });
+}
+
+}  // namespace
+
+constexpr size_t kNotifyThreads = 16;  // notices in flight at once
+constexpr int kNoticeGraceMs = 100;     // how long a rank about to blame a peer waits for a notice
+
+int Comm::controlTimeoutMs() const { return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000)); }
+
+std::string Comm::hostOf(int peer) const {
+  if (!bootstrap_ || peer < 0 || peer >= bootstrap_->nranks()) return std::string();
+  const PeerInfo& p = bootstrap_->peer(peer);
+  return hostOfAddress(p.address.toString()) + ", pid " + std::to_string(p.pid);
+}
+
+void Comm::startFailureHandling() {
+  bootstrap_->setControlHandler([this](int from, uint32_t tag, const std::vector<uint8_t>& payload) {
+    return onControl(from, tag, payload);
+  });
+  notifier_ = std::thread([this] { notifyLoop(); });
+  {
+    std::lock_guard<std::mutex> lock(gLiveMu);
+    liveComms().insert(this);
+  }
+  maybeInstallDumpSignal();
+}
+
+void Comm::stopFailureHandling() {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMu);
+    liveComms().erase(this);
+  }
+  if (bootstrap_) bootstrap_->setControlHandler(nullptr);
+  {
+    // Queued notices still go out (each bounded by a short deadline): peers must hear of a
+    // failure before they see this rank's connections close.
+    std::lock_guard<std::mutex> lock(notifyMu_);
+    notifyStop_ = true;
+  }
+  notifyCv_.notify_all();
+  if (notifier_.joinable()) notifier_.join();
+}
+
+void Comm::notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject) {
+  std::lock_guard<std::mutex> lock(notifyMu_);
+  if (notifyStop_) return;
+  notifyQueue_.push_back(Notice{tag, std::move(payload), ++noticesQueued_, subject});
+  notifyCv_.notify_all();
+}
+
+void Comm::notifyLoop() {
+  for (;;) {
+    Notice notice;
+    {
+      std::unique_lock<std::mutex> lock(notifyMu_);
+      notifyCv_.wait(lock, [&] { return notifyStop_ || !notifyQueue_.empty(); });
+      if (notifyQueue_.empty()) return;
+      notice = std::move(notifyQueue_.front());
+      notifyQueue_.pop_front();
+    }
+    // Each with a short deadline (a stalled rank accepts the connection but never answers), from
+    // several threads: a rank that learns of the failure may return, abort and exit at once, and
+    // the ranks told after it must not see its connections close first. The failed rank itself
+    // comes last (it may be stalled): told, it stops instead of carrying on alone once it resumes.
+    auto tell = [&](int r) {
+      // Once aborting, collCommAbort waits for this loop: keep each attempt short.
+      const int ms = aborted_.load() ? std::min(controlTimeoutMs(), 100) : controlTimeoutMs();
+      std::vector<uint8_t> reply;
+      Status st = bootstrap_->control(r, notice.tag, notice.payload.data(), notice.payload.size(), &reply,
+                                      Deadline::afterMs(ms));
+      if (!st.ok()) COLL_INFO(rank(), "could not tell rank %d of the failure: %s", r, st.message().c_str());
+    };
+    std::vector<int> targets;
+    for (int r = 0; r < nranks(); ++r) {
+      if (r != rank() && r != notice.subject && !failures_.isFailed(r)) targets.push_back(r);
+    }
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < targets.size(); i = next++) tell(targets[i]);
+    };
+    std::vector<std::thread> helpers;
+    for (size_t i = 1; i < std::min<size_t>(targets.size(), kNotifyThreads); ++i) helpers.emplace_back(worker);
+    worker();
+    for (std::thread& t : helpers) t.join();
+    if (notice.subject >= 0 && notice.subject != rank()) tell(notice.subject);
+    {
+      std::lock_guard<std::mutex> lock(notifyMu_);
+      noticesSent_ = notice.id;
+    }
+    notifyCv_.notify_all();
+  }
+}
+
+bool Comm::recordFailure(int peer, const std::string& reason, int reportedBy, bool propagate) {
+  FailedPeer f;
+  f.rank = peer;
+  f.host = hostOf(peer);
+  f.reason = reason.size() > kCtlMaxReason ? reason.substr(0, kCtlMaxReason) : reason;
+  f.reportedBy = reportedBy;
+  if (!failures_.record(f)) return false;
+  std::string text = describeFailedPeer(f);
+  if (reportedBy >= 0 && reportedBy != rank()) text += " (reported by rank " + std::to_string(reportedBy) + ")";
+  COLL_WARN(rank(), "%s", text.c_str());
+  fail(Status(collRemoteError, text));
+  if (propagate) notifyAll(kCtlTagFailed, encodeFailed(FailedMessage{peer, f.reason}), peer);
+  forwardFailure(peer, f.reason, reportedBy);
+  return true;
+}
+
+std::vector<uint8_t> Comm::onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload) {
+  switch (tag) {
+    case kCtlTagFailed: {
+      FailedMessage m;
+      if (!decodeFailed(payload.data(), payload.size(), nranks(), &m)) {
+        COLL_WARN(rank(), "dropping a malformed failure notice from rank %d (%zu bytes)", from, payload.size());
+        return {};
+      }
+      // Recorded before the acknowledgement: once the sender has it, we know.
+      (void)recordFailure(m.rank, m.reason, from, false);
+      return {};
+    }
+    case kCtlTagRevoked:
+      if (failures_.revoke(from)) {
+        COLL_WARN(rank(), "the communicator was revoked by rank %d", from);
+        fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(from)));
+      }
+      return {};
+    case kCtlTagCycle: {
+      if (payload.size() > kCtlMaxReason) return {};
+      std::string text(payload.begin(), payload.end());
+      for (char& c : text) {
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+      }
+      if (failures_.noteCycle(from, text)) COLL_WARN(rank(), "rank %d found a wait-for cycle: %s", from, text.c_str());
+      return {};
+    }
+    case kCtlTagWaitFor: {
+      WaitForAnswer a;
+      a.running = snapshot_.running.load(std::memory_order_acquire);
+      a.seq = snapshot_.seq.load(std::memory_order_relaxed);
+      a.waitPeer = snapshot_.waitPeer.load(std::memory_order_relaxed);
+      a.step = snapshot_.step.load(std::memory_order_relaxed);
+      const int64_t since = snapshot_.idleSinceNs.load(std::memory_order_acquire);
+      a.idleMs = since > 0 ? static_cast<uint32_t>(std::clamp<int64_t>((nowNs() - since) / 1000000, 0, UINT32_MAX)) : 0;
+      FailedPeer f;
+      if (failures_.first(&f)) a.failedRank = f.rank;
+      if (!a.running) answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
+      std::vector<uint8_t> out(kWaitForWire);
+      encodeWaitFor(a, out.data());
+      return out;
+    }
+    default:
+      return {};
+  }
+}
+
+Status Comm::checkUsable() {
+  if (failures_.interrupted()) {
+    Status why = failures_.interruption(rank());
+    if (!why.ok()) return why.withContext("the communicator cannot be used (abort, destroy or shrink it)");
+  }
+  if (asyncError_.load() != collSuccess) {
+    std::lock_guard<std::mutex> lock(failMu_);
+    return makeError(collInvalidUsage, "this communicator failed earlier (%s); destroy or abort it",
+                     failureMessage_.c_str());
+  }
+  return okStatus();
+}
+
+void Comm::publishOp(const char* what, uint64_t count, int dtype) {
+  snapshot_.what.store(what, std::memory_order_relaxed);
+  snapshot_.count.store(count, std::memory_order_relaxed);
+  snapshot_.dtype.store(dtype, std::memory_order_relaxed);
+  snapshot_.seq.store(seq_, std::memory_order_relaxed);
+  snapshot_.running.store(true, std::memory_order_release);
+}
+
+Status Comm::runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers,
+                          const char* what, uint64_t count, int dtype) {
+  struct NetCall {
+    NetTransport* net;
+    explicit NetCall(NetTransport* n) : net(n) {
+      if (net != nullptr) net->enterCall();
+    }
+    ~NetCall() {
+      if (net != nullptr) net->leaveCall();
+    }
+  } netCall(net_.get());
+  COLL_TRY(execution.start(schedule, buffers, *this, seq_));
+  publishOp(what, count, dtype);
+  Status st = runToCompletion(execution, *this, callDeadline(), waitPolicy_, &snapshot_);
+  // The snapshot keeps saying "in this call, waiting for P" while the error is analysed: peers
+  // following their own wait-for chains must not take this rank for the culprit meanwhile.
+  if (!st.ok()) st = diagnose(st, execution);
+  snapshot_.running.store(false, std::memory_order_release);
+  snapshot_.idleSinceNs.store(0, std::memory_order_relaxed);
+  snapshot_.waitPeer.store(-1, std::memory_order_relaxed);
+  snapshot_.step.store(-1, std::memory_order_relaxed);
+  return st;
+}
+
+Status Comm::consequence(const Status& st) {
+  Status why = failures_.interruption(rank());
+  if (why.ok()) return st;
+  if (st.message() == why.message()) return st;
+  return Status(why.code(), why.message() + "\n  (this rank saw: " + st.message() + ")");
+}
+
+bool Comm::awaitNotice() {
+  const Deadline grace = Deadline::afterMs(kNoticeGraceMs);
+  while (!failures_.interrupted() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return failures_.interrupted();
+}
+
+Status Comm::connectFailed(int peer, const Status& st) {
+  if (aborted_.load()) return st;
+  if (failures_.interrupted()) return consequence(st);
+  if (st.code() == collRemoteError || st.code() == collSystemError || st.code() == collTimeout) {
+    (void)recordFailure(peer, st.message(), rank(), true);
+    return consequence(st);
+  }
+  return st;
+}
+
+Status Comm::diagnose(const Status& st, const Execution& execution) {
+  if (aborted_.load()) return st;
+  if (failures_.interrupted()) return consequence(st);
+  const int peer = execution.failedPeer();
+  if ((st.code() == collRemoteError || st.code() == collSystemError) && peer >= 0) {
+    // A peer that closed its end may only have exited after learning of another rank's failure;
+    // its notice is sent before its connections close, so a short grace settles the order.
+    if (awaitNotice()) return consequence(st);
+    (void)recordFailure(peer, st.message(), rank(), true);
+    return consequence(st);
+  }
+  if (st.code() != collTimeout) return st;
+  dump("timeout");
+  int32_t step = -1, waitPeer = -1;
+  execution.blockedOn(&step, &waitPeer);
+  if (waitPeer < 0 || waitPeer == rank()) return st;
+  std::string cycle;
+  int culprit = -1;
+  std::string reason;
+  followWaitChain(waitPeer, execution.seq(), &culprit, &reason, &cycle);
+  if (failures_.interrupted()) return consequence(st);
+  // A culprit that left or is idle may have diagnosed the same hang a moment earlier (a failure
+  // or a cycle) and left: its notice is on the way.
+  if (culprit >= 0 && awaitNotice()) return consequence(st);
+  if (culprit >= 0) {
+    (void)recordFailure(culprit, reason, rank(), true);
+    Status why = failures_.interruption(rank());
+    return Status(collTimeout, why.message() + "\n  " + st.message());
+  }
+  if (!cycle.empty()) {
+    // Nobody failed, but the ranks on the cycle are stuck too: tell everyone, so they report the
+    // cycle instead of blaming this rank once it has left.
+    if (failures_.noteCycle(rank(), cycle)) {
+      const std::string text = cycle.size() > kCtlMaxReason ? cycle.substr(0, kCtlMaxReason) : cycle;
+      notifyAll(kCtlTagCycle, std::vector<uint8_t>(text.begin(), text.end()), -1);
+    }
+    return Status(collTimeout, st.message() + "\n  the ranks wait for each other in a cycle: " + cycle +
+                                   " (mismatched calls: check that every rank makes the same calls in the same "
+                                   "order; COLL_CHECK=1 compares collectives)");
+  }
+  return st;
+}
+
+void Comm::followWaitChain(int first, uint64_t mySeq, int* culprit, std::string* reason, std::string* cycle) {
+  std::vector<int> path{rank()};
+  int cur = first;
+  const int ms = controlTimeoutMs();
+  for (int hops = 0; hops < nranks() && !failures_.interrupted(); ++hops) {
+    if (std::find(path.begin(), path.end(), cur) != path.end()) {
+      for (int r : path) *cycle += std::to_string(r) + " -> ";
+      *cycle += std::to_string(cur);
+      return;
+    }
+    path.push_back(cur);
+    std::vector<uint8_t> reply;
+    Status st = bootstrap_->control(cur, kCtlTagWaitFor, nullptr, 0, &reply, Deadline::afterMs(ms));
+    char buf[256];
+    if (!st.ok()) {
+      snprintf(buf, sizeof(buf), "did not answer a wait-for query within %d ms (stalled, dead or unreachable)", ms);
+      *culprit = cur, *reason = buf;
+      return;
+    }
+    WaitForAnswer a;
+    if (!decodeWaitFor(reply.data(), reply.size(), nranks(), &a)) {
+      *culprit = cur, *reason = "sent a malformed answer to a wait-for query";
+      return;
+    }
+    if (a.failedRank >= 0) {
+      // It already knows the culprit (its notice may still be on the way): adopt it.
+      (void)recordFailure(a.failedRank, "reported by rank " + std::to_string(cur) + " during a wait-for query", cur,
+                          false);
+      return;
+    }
+    if (!a.running) {
+      snprintf(buf, sizeof(buf), "is alive but not in a collective call (its last call is %" PRIu64
+               ", this rank waits in call %" PRIu64 ")", a.seq, mySeq);
+      *culprit = cur, *reason = buf;
+      return;
+    }
+    if (a.waitPeer < 0) {
+      snprintf(buf, sizeof(buf), "is in call %" PRIu64 " but waits for no peer (still progressing: too slow for "
+               "COLL_TIMEOUT?)", a.seq);
+      *culprit = cur, *reason = buf;
+      return;
+    }
+    COLL_INFO(rank(), "wait-for chain: rank %d (call %" PRIu64 ", step %d, idle %u ms) waits for rank %d", cur, a.seq,
+              a.step, a.idleMs, a.waitPeer);
+    cur = a.waitPeer;
+  }
+}
+
+void Comm::dump(const char* why) {
+  const bool running = snapshot_.running.load(std::memory_order_acquire);
+  const char* what = snapshot_.what.load(std::memory_order_relaxed);
+  const uint64_t count = snapshot_.count.load(std::memory_order_relaxed);
+  const int dtype = snapshot_.dtype.load(std::memory_order_relaxed);
+  const uint64_t seq = snapshot_.seq.load(std::memory_order_relaxed);
+  const int step = snapshot_.step.load(std::memory_order_relaxed);
+  const int waitPeer = snapshot_.waitPeer.load(std::memory_order_relaxed);
+  const int64_t since = snapshot_.idleSinceNs.load(std::memory_order_acquire);
+  std::string pending;
+  if (running) {
+    std::lock_guard<std::mutex> lock(snapshot_.mu);
+    pending = snapshot_.pending;
+  }
+  std::string op;
+  char buf[512];
+  if (running) {
+    snprintf(buf, sizeof(buf), "in %s (count %" PRIu64 ", datatype %s, call %" PRIu64 ")", what, count,
+             dtype >= 0 && dtype < collNumTypes ? dataTypeName(static_cast<collDataType_t>(dtype)) : "bytes", seq);
+    op = buf;
+    if (waitPeer >= 0) {
+      snprintf(buf, sizeof(buf), "; step %d waits for rank %d (host %s) for %.1f s", step, waitPeer,
+               hostOf(waitPeer).c_str(), since > 0 ? static_cast<double>(nowNs() - since) / 1e9 : 0.0);
+      op += buf;
+    } else if (step >= 0) {
+      snprintf(buf, sizeof(buf), "; first pending step %d", step);
+      op += buf;
+    } else {
+      op += "; progressing";
+    }
+  } else {
+    snprintf(buf, sizeof(buf), "idle (last call %" PRIu64 ", %s)", seq, what);
+    op = buf;
+  }
+  std::string failed = failures_.describe();
+  const int revokedBy = failures_.revokedBy();
+  COLL_WARN(rank(), "dump (%s) of communicator %s, rank %d of %d: %s\n pending steps:\n%s failed ranks:\n%s%s", why,
+            name_.empty() ? "(unnamed)" : name_.c_str(), rank(), nranks(), op.c_str(),
+            pending.empty() ? "  none\n" : pending.c_str(), failed.empty() ? "  none\n" : failed.c_str(),
+            revokedBy >= 0 ? (" revoked by rank " + std::to_string(revokedBy)).c_str() : "");
+}
+
+Status Comm::revoke() {
+  if (!failures_.revoke(rank())) return okStatus();
+  COLL_WARN(rank(), "revoking the communicator (collCommRevoke)");
+  fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(rank())));
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(notifyMu_);
+    notifyQueue_.push_back(Notice{kCtlTagRevoked, {}, ++noticesQueued_, -1});
+    id = noticesQueued_;
+  }
+  notifyCv_.notify_all();
+  // Every rank hears of it before this call returns (a stalled one costs a short deadline).
+  std::unique_lock<std::mutex> lock(notifyMu_);
+  const Deadline deadline = callDeadline();
+  while (noticesSent_ < id && !deadline.expired()) notifyCv_.wait_for(lock, std::chrono::milliseconds(10));
+  return okStatus();
+}
+
+}  // namespace coll

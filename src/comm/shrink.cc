@@ -1,0 +1,384 @@
+// collCommShrink's agreement: each survivor sends the leader (the lowest surviving rank) its exclude
+// list over the parent's bootstrap; the leader checks that they agree, starts the new rendezvous and
+// answers every survivor with its unique id (or with why not), and all join the new communicator.
+#include "src/comm/shrink.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+
+#include "src/oob/auth.h"
+#include "src/base/byte_order.h"
+#include "src/oob/bootstrap.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+#include "src/oob/socket.h"
+
+namespace coll {
+namespace {
+
+constexpr uint32_t kRequestMagic = 0x51524853u;  // "SHRQ" as little-endian bytes
+constexpr uint32_t kReplyMagic = 0x50524853u;    // "SHRP"
+constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                     // magic seq nranks count digest listed
+constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + sizeof(collUniqueId) + 4;  // magic seq code newNranks id textLen
+
+using le::get32;
+using le::get64;
+using le::put32;
+using le::put64;
+
+// "{2, 5, 7}", shortened for long lists: error messages stay readable at 100,000 ranks.
+std::string rankSet(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 8;
+  std::string s = "{";
+  for (size_t i = 0; i < ranks.size() && i < kShown; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > kShown) s += ", ... (" + std::to_string(ranks.size()) + " in all)";
+  return s + "}";
+}
+
+// What differs between the leader's list and a survivor's, in words.
+std::string listDifference(const std::vector<int>& mine, int leader, const ShrinkRequest& theirs, int them) {
+  std::string head = "rank " + std::to_string(them) + " passed different excludeRanks than the leader (rank " +
+                     std::to_string(leader) + ")";
+  if (theirs.listed.size() != theirs.excludeCount || mine.size() > kShrinkMaxListed) {
+    return head + ": " + std::to_string(theirs.excludeCount) + " against " + std::to_string(mine.size()) +
+           " ranks excluded (the lists are too long to compare rank by rank)";
+  }
+  std::vector<int> onlyTheirs, onlyMine;
+  std::vector<int> other(theirs.listed.begin(), theirs.listed.end());
+  std::set_difference(other.begin(), other.end(), mine.begin(), mine.end(), std::back_inserter(onlyTheirs));
+  std::set_difference(mine.begin(), mine.end(), other.begin(), other.end(), std::back_inserter(onlyMine));
+  std::string s = head + ":";
+  if (!onlyTheirs.empty()) s += " " + rankSet(onlyTheirs) + " only in rank " + std::to_string(them) + "'s list";
+  if (!onlyTheirs.empty() && !onlyMine.empty()) s += ",";
+  if (!onlyMine.empty()) s += " " + rankSet(onlyMine) + " only in rank " + std::to_string(leader) + "'s list";
+  return s + "; every survivor must pass the same excludeRanks";
+}
+
+// Remote text goes into our logs: printable ASCII only.
+std::string printable(std::string s) {
+  for (char& c : s) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return s;
+}
+
+int64_t timeoutOf(Comm& parent) {
+  return parent.config().timeoutMs > 0 ? parent.config().timeoutMs : defaultTimeoutMs();
+}
+
+Status joinNew(const collUniqueId& id, int newNranks, int newRank, const CommConfig& config,
+               std::unique_ptr<Comm>* out) {
+  return Comm::create(id, newNranks, newRank, config, out)
+      .withContext("collCommShrink: joining the survivors' communicator as rank " + std::to_string(newRank) + " of " +
+                   std::to_string(newNranks));
+}
+
+// The leader waits this long for the survivors' requests: survivors learn of a failure at different
+// times (a peer's EOF at once, a propagated failure later, a timeout last), up to about two
+// timeouts apart. A survivor waits for the answer twice as long, as it may have come first.
+constexpr int64_t kGatherTimeouts = 2;
+constexpr int64_t kAnswerTimeouts = 4;
+// Error answers are best effort: a survivor that went away meanwhile must not hold up the others.
+constexpr int64_t kErrorAnswerMs = 2000;
+
+Status lead(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const std::vector<int>& survivors,
+            const CommConfig& config, std::unique_ptr<Comm>* out) {
+  Bootstrap& bs = parent.bootstrap();
+  const int me = parent.rank(), n = parent.nranks();
+  const uint32_t tag = shrinkTag(seq);
+  const uint64_t digest = shrinkDigest(n, excluded);
+  const int64_t timeoutMs = timeoutOf(parent);
+  const int64_t gatherMs = kGatherTimeouts * timeoutMs;
+  Deadline gather = Deadline::afterMs(gatherMs);
+  Status problem;
+  int problems = 0;
+  for (int s : survivors) {
+    if (s == me) continue;
+    std::vector<uint8_t> msg;
+    ShrinkRequest req;
+    Status st = bs.recv(s, tag, &msg, shrinkRequestMaxBytes(n), gather);
+    if (st.code() == collTimeout) {
+      st = makeError(collTimeout,
+                     "rank %d did not join within %lld ms: every rank not in excludeRanks must call "
+                     "collCommShrink; if rank %d failed or is stalled, add it to excludeRanks",
+                     s, static_cast<long long>(gatherMs), s);
+    } else if (st.ok()) {
+      st = decodeShrinkRequest(msg.data(), msg.size(), n, &req).withContext("the request of rank " + std::to_string(s));
+    }
+    if (st.ok() && req.seq != seq) {
+      st = makeError(collInvalidUsage,
+                     "rank %d is at its shrink #%u of this communicator and the leader (rank %d) at #%u: every "
+                     "survivor must make the same collCommShrink calls",
+                     s, req.seq + 1, me, seq + 1);
+    }
+    if (st.ok() && (req.excludeCount != excluded.size() || req.digest != digest)) {
+      st = Status(collInvalidUsage, listDifference(excluded, me, req, s));
+    }
+    if (!st.ok()) {
+      if (problem.ok()) problem = st;
+      ++problems;
+    }
+  }
+  // A rank this leader excluded that asked anyway: its list differs. Only the requests already here
+  // can be seen; a later one waits for its own timeout.
+  std::vector<int> replyTo;
+  for (int s : survivors) {
+    if (s != me) replyTo.push_back(s);
+  }
+  for (int x : excluded) {
+    std::vector<uint8_t> msg;
+    if (!bs.recv(x, tag, &msg, shrinkRequestMaxBytes(n), Deadline::afterMs(0)).ok()) continue;
+    replyTo.push_back(x);
+    if (problem.ok()) {
+      problem = makeError(collInvalidUsage,
+                          "rank %d called collCommShrink but the leader (rank %d) excludes it: every survivor must "
+                          "pass the same excludeRanks",
+                          x, me);
+    }
+    ++problems;
+  }
+  ShrinkReply reply;
+  reply.seq = seq;
+  if (problem.ok()) {
+    Secret secret;
+    Status st = randomSecret(&secret);
+    // Where this rank's listener is, the survivors can reach: the new root listens there too.
+    SocketAddress bind = bs.peer(me).address;
+    bind.setPort(0);
+    if (st.ok()) st = startBootstrapRoot(bind, &secret, &reply.id);
+    if (!st.ok()) problem = st.withContext("starting the survivors' rendezvous");
+  }
+  if (problem.ok()) {
+    reply.newNranks = static_cast<uint32_t>(survivors.size());
+  } else {
+    reply.code = problem.code();
+    reply.message = problem.message();
+    if (problems > 1) reply.message += " (and " + std::to_string(problems - 1) + " more problems)";
+    if (reply.message.size() > kShrinkMaxText) reply.message.resize(kShrinkMaxText);
+  }
+  const std::vector<uint8_t> bytes = encodeShrinkReply(reply);
+  for (int s : replyTo) {
+    Deadline d = Deadline::afterMs(problem.ok() ? timeoutMs : std::min(timeoutMs, kErrorAnswerMs));
+    Status st = bs.send(s, tag, bytes.data(), bytes.size(), d);
+    if (st.ok()) continue;
+    if (!problem.ok()) {
+      COLL_WARN(me, "collCommShrink: could not tell rank %d why the shrink failed: %s", s, st.message().c_str());
+      continue;
+    }
+    // It asked a moment ago, so it is alive unless it died since; the others would wait for it in
+    // the new rendezvous until their timeout.
+    return Status(st.code(), "collCommShrink: could not give rank " + std::to_string(s) +
+                                 " the survivors' rendezvous: " + st.message());
+  }
+  if (!problem.ok()) return Status(problem.code(), "collCommShrink: " + reply.message);
+  return joinNew(reply.id, static_cast<int>(survivors.size()), 0, config, out);
+}
+
+Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const std::vector<int>& survivors,
+              const CommConfig& config, std::unique_ptr<Comm>* out) {
+  Bootstrap& bs = parent.bootstrap();
+  const int me = parent.rank(), n = parent.nranks(), leader = survivors[0];
+  const uint32_t tag = shrinkTag(seq);
+  const int64_t timeoutMs = timeoutOf(parent);
+  ShrinkRequest req;
+  req.seq = seq;
+  req.parentNranks = static_cast<uint32_t>(n);
+  req.excludeCount = static_cast<uint32_t>(excluded.size());
+  req.digest = shrinkDigest(n, excluded);
+  if (excluded.size() <= kShrinkMaxListed) req.listed.assign(excluded.begin(), excluded.end());
+  const std::vector<uint8_t> bytes = encodeShrinkRequest(req);
+  Status st = bs.send(leader, tag, bytes.data(), bytes.size(), Deadline::afterMs(timeoutMs));
+  if (!st.ok()) {
+    return Status(st.code(), "collCommShrink: could not reach the leader, rank " + std::to_string(leader) +
+                                 " (the lowest rank not excluded): " + st.message() + "; if rank " +
+                                 std::to_string(leader) + " failed, add it to excludeRanks");
+  }
+  const int64_t answerMs = kAnswerTimeouts * timeoutMs;
+  std::vector<uint8_t> msg;
+  st = bs.recv(leader, tag, &msg, shrinkReplyMaxBytes(), Deadline::afterMs(answerMs));
+  if (st.code() == collTimeout) {
+    return makeError(collTimeout,
+                     "collCommShrink: no answer from the leader, rank %d, within %lld ms: every survivor must pass "
+                     "the same excludeRanks (the leader is the lowest rank not excluded)",
+                     leader, static_cast<long long>(answerMs));
+  }
+  ShrinkReply reply;
+  if (st.ok()) st = decodeShrinkReply(msg.data(), msg.size(), n, &reply);
+  if (!st.ok()) return st.withContext("collCommShrink: the answer of the leader, rank " + std::to_string(leader));
+  if (reply.seq != seq) {
+    return makeError(collInvalidUsage, "collCommShrink: the leader, rank %d, answered shrink #%u where this rank is at #%u",
+                     leader, reply.seq + 1, seq + 1);
+  }
+  if (reply.code != collSuccess) {
+    return Status(reply.code, "collCommShrink: the leader, rank " + std::to_string(leader) +
+                                  ", reports: " + printable(reply.message));
+  }
+  if (reply.newNranks != survivors.size()) {
+    return makeError(collInvalidUsage,
+                     "collCommShrink: the leader, rank %d, counts %u survivors where this rank counts %zu",
+                     leader, reply.newNranks, survivors.size());
+  }
+  const int newRank = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
+  return joinNew(reply.id, static_cast<int>(survivors.size()), newRank, config, out);
+}
+
+}  // namespace
+
+Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int excludeCount, std::vector<int>* sorted) {
+  if (excludeCount < 0) return makeError(collInvalidArgument, "collCommShrink: excludeCount %d is negative", excludeCount);
+  if (excludeCount > 0 && excludeRanks == nullptr) {
+    return makeError(collInvalidArgument, "collCommShrink: excludeRanks is NULL with excludeCount %d", excludeCount);
+  }
+  if (excludeCount >= nranks) {
+    return makeError(collInvalidArgument,
+                     "collCommShrink: excludeCount %d would exclude every rank of this %d-rank communicator",
+                     excludeCount, nranks);
+  }
+  sorted->assign(excludeRanks, excludeRanks + excludeCount);
+  for (int i = 0; i < excludeCount; ++i) {
+    if (excludeRanks[i] < 0 || excludeRanks[i] >= nranks) {
+      return makeError(collInvalidArgument, "collCommShrink: excludeRanks[%d] = %d is not a rank of this %d-rank "
+                       "communicator (0..%d)", i, excludeRanks[i], nranks, nranks - 1);
+    }
+  }
+  std::sort(sorted->begin(), sorted->end());
+  auto dup = std::adjacent_find(sorted->begin(), sorted->end());
+  if (dup != sorted->end()) {
+    return makeError(collInvalidArgument, "collCommShrink: rank %d is listed twice in excludeRanks", *dup);
+  }
+  if (std::binary_search(sorted->begin(), sorted->end(), rank)) {
+    return makeError(collInvalidArgument,
+                     "collCommShrink: rank %d excludes itself: an excluded rank must not call collCommShrink "
+                     "(destroy or abort its communicator instead)", rank);
+  }
+  return okStatus();
+}
+
+Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
+                  std::unique_ptr<Comm>* out) {
+  const int n = parent.nranks(), me = parent.rank();
+  std::vector<int> excluded;
+  COLL_TRY(checkExcludeList(n, me, excludeRanks, excludeCount, &excluded));
+  // No check of the parent's health: a failed or revoked communicator is what shrink is for, and
+  // its bootstrap (the only part used here) outlives both.
+  std::vector<int> survivors;
+  survivors.reserve(static_cast<size_t>(n) - excluded.size());
+  for (int r = 0, x = 0; r < n; ++r) {
+    if (x < static_cast<int>(excluded.size()) && excluded[x] == r) {
+      ++x;
+      continue;
+    }
+    survivors.push_back(r);
+  }
+  const uint32_t seq = parent.nextShrinkSeq();
+  COLL_INFO(me, "collCommShrink #%u: %zu of %d ranks remain (excluded %s); leader rank %d", seq + 1, survivors.size(),
+            n, rankSet(excluded).c_str(), survivors[0]);
+  Status st = survivors[0] == me ? lead(parent, seq, excluded, survivors, config, out)
+                                 : follow(parent, seq, excluded, survivors, config, out);
+  if (st.ok()) COLL_INFO(me, "collCommShrink #%u: now rank %d of %zu", seq + 1, (*out)->rank(), survivors.size());
+  return st;
+}
+
+uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded) {
+  // FNV-1a: the list travels too; this only has to make different lists differ.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= static_cast<uint8_t>(v >> (8 * i));
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(static_cast<uint32_t>(nranks));
+  mix(static_cast<uint32_t>(sortedExcluded.size()));
+  for (int r : sortedExcluded) mix(static_cast<uint32_t>(r));
+  return h;
+}
+
+size_t shrinkRequestMaxBytes(int nranks) {
+  return kRequestHeader + 4 * std::min<size_t>(static_cast<size_t>(nranks > 0 ? nranks : 0), kShrinkMaxListed);
+}
+size_t shrinkReplyMaxBytes() { return kReplyHeader + kShrinkMaxText; }
+
+std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r) {
+  std::vector<uint8_t> b;
+  b.reserve(kRequestHeader + 4 * r.listed.size());
+  put32(b, kRequestMagic);
+  put32(b, r.seq);
+  put32(b, r.parentNranks);
+  put32(b, r.excludeCount);
+  put64(b, r.digest);
+  put32(b, static_cast<uint32_t>(r.listed.size()));
+  for (int32_t x : r.listed) put32(b, static_cast<uint32_t>(x));
+  return b;
+}
+
+Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, ShrinkRequest* out) {
+  if (size < kRequestHeader || get32(data) != kRequestMagic) {
+    return makeError(collRemoteError, "malformed shrink request (%zu bytes; mismatched library versions?)", size);
+  }
+  ShrinkRequest r;
+  r.seq = get32(data + 4);
+  r.parentNranks = get32(data + 8);
+  r.excludeCount = get32(data + 12);
+  r.digest = get64(data + 16);
+  const uint32_t listed = get32(data + 24);
+  if (r.parentNranks != static_cast<uint32_t>(parentNranks)) {
+    return makeError(collRemoteError, "shrink request for a %u-rank communicator where this one has %d ranks",
+                     r.parentNranks, parentNranks);
+  }
+  if (r.excludeCount >= r.parentNranks || (listed != 0 && listed != r.excludeCount) || listed > kShrinkMaxListed ||
+      size != kRequestHeader + 4 * static_cast<size_t>(listed)) {
+    return makeError(collRemoteError, "malformed shrink request (%u excluded, %u listed, %zu bytes)", r.excludeCount,
+                     listed, size);
+  }
+  r.listed.resize(listed);
+  for (uint32_t i = 0; i < listed; ++i) {
+    const int32_t x = static_cast<int32_t>(get32(data + kRequestHeader + 4 * static_cast<size_t>(i)));
+    // Sorted and in range: the leader compares lists with set operations.
+    if (x < 0 || x >= parentNranks || (i > 0 && x <= r.listed[i - 1])) {
+      return makeError(collRemoteError, "malformed shrink request: excluded rank %d at %u is out of order or range", x, i);
+    }
+    r.listed[i] = x;
+  }
+  *out = std::move(r);
+  return okStatus();
+}
+
+std::vector<uint8_t> encodeShrinkReply(const ShrinkReply& r) {
+  std::vector<uint8_t> b;
+  const size_t textLen = std::min<size_t>(r.message.size(), kShrinkMaxText);
+  b.reserve(kReplyHeader + textLen);
+  put32(b, kReplyMagic);
+  put32(b, r.seq);
+  put32(b, static_cast<uint32_t>(r.code));
+  put32(b, r.newNranks);
+  const uint8_t* id = reinterpret_cast<const uint8_t*>(&r.id);
+  b.insert(b.end(), id, id + sizeof(collUniqueId));
+  put32(b, static_cast<uint32_t>(textLen));
+  b.insert(b.end(), r.message.begin(), r.message.begin() + static_cast<std::ptrdiff_t>(textLen));
+  return b;
+}
+
+Status decodeShrinkReply(const uint8_t* data, size_t size, int parentNranks, ShrinkReply* out) {
+  if (size < kReplyHeader || get32(data) != kReplyMagic) {
+    return makeError(collRemoteError, "malformed shrink answer (%zu bytes; mismatched library versions?)", size);
+  }
+  ShrinkReply r;
+  r.seq = get32(data + 4);
+  const uint32_t code = get32(data + 8);
+  r.newNranks = get32(data + 12);
+  memcpy(&r.id, data + 16, sizeof(collUniqueId));
+  const uint32_t textLen = get32(data + 16 + sizeof(collUniqueId));
+  if (code >= collNumResults || code == collInProgress || textLen > kShrinkMaxText || size != kReplyHeader + textLen ||
+      (code == collSuccess && (r.newNranks < 1 || r.newNranks > static_cast<uint32_t>(parentNranks)))) {
+    return makeError(collRemoteError, "malformed shrink answer (code %u, %u ranks, %u text bytes, %zu bytes)", code,
+                     r.newNranks, textLen, size);
+  }
+  r.code = static_cast<collResult_t>(code);
+  r.message.assign(reinterpret_cast<const char*>(data + kReplyHeader), textLen);
+  *out = std::move(r);
+  return okStatus();
+}
+
+}  // namespace coll

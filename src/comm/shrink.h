@@ -1,0 +1,62 @@
+// collCommShrink: a communicator of a parent's surviving ranks, agreed over the parent's bootstrap
+// with point-to-point messages only, so the excluded ranks (dead or stalled) are never needed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/collective.h"
+#include "src/comm/comm.h"
+#include "src/base/status.h"
+
+namespace coll {
+
+// Bootstrap tags of shrink messages: "SR" plus the parent's shrink number (low 16 bits), so a job
+// can shrink one parent repeatedly and a late message of an earlier attempt is never mistaken.
+constexpr uint32_t kShrinkTagBase = 0x53520000u;
+inline uint32_t shrinkTag(uint32_t seq) { return kShrinkTagBase | (seq & 0xffffu); }
+
+// The longest exclude list carried in full (longer ones travel as a digest only, so the error for a
+// mismatch cannot name the ranks), and the longest error text a leader sends.
+constexpr uint32_t kShrinkMaxListed = 1u << 16;
+constexpr uint32_t kShrinkMaxText = 2048;
+
+// Checks excludeRanks for a caller that is rank `rank` of `nranks` and returns them sorted.
+// collInvalidArgument for NULL with a count, a negative count, ranks out of range, duplicates,
+// excluding the caller itself or every rank.
+Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int excludeCount, std::vector<int>* sorted);
+
+// Builds the survivors' communicator (rank = index among the survivors, in parent-rank order) with
+// `config`. Every survivor calls it with the same list; the excluded ranks take no part.
+Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
+                  std::unique_ptr<Comm>* out);
+
+// Wire formats (little-endian), exposed for the unit and fuzz tests. A survivor sends the leader a
+// request; the leader answers every survivor with a reply: the new unique id, or why not.
+struct ShrinkRequest {
+  uint32_t seq = 0;
+  uint32_t parentNranks = 0;
+  uint32_t excludeCount = 0;
+  uint64_t digest = 0;          // of the sorted list (shrinkDigest)
+  std::vector<int32_t> listed;  // the sorted list, or empty when longer than kShrinkMaxListed
+};
+struct ShrinkReply {
+  uint32_t seq = 0;
+  collResult_t code = collSuccess;
+  uint32_t newNranks = 0;
+  collUniqueId id{};
+  std::string message;  // why not (code != collSuccess)
+};
+uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded);
+std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r);
+// Every field is checked against the parent's nranks (remote bytes); the reason on failure.
+Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, ShrinkRequest* out);
+std::vector<uint8_t> encodeShrinkReply(const ShrinkReply& r);
+Status decodeShrinkReply(const uint8_t* data, size_t size, int parentNranks, ShrinkReply* out);
+// The largest encoded request for an nranks-rank parent (recv's bound).
+size_t shrinkRequestMaxBytes(int nranks);
+size_t shrinkReplyMaxBytes();
+
+}  // namespace coll
