@@ -3,7 +3,7 @@
 # Fails, naming each one, when a knob is missing. A row whose text differs from collinfo's (a new
 # default or description) is reported but does not fail: regenerate the table with
 # `collinfo --markdown`.
-# usage: readme_knobs.sh COLLINFO KNOBS_MD
+# usage: docs_knobs.sh COLLINFO KNOBS_MD
 set -euo pipefail
 collinfo=$1 doc=$2
 [ -r "$doc" ] || { echo "cannot read $doc"; exit 1; }
