@@ -4,7 +4,7 @@
 # uncompressed choice (COLL_ALGO unset, --wire for its wire bytes), alternated ROUNDS times;
 # medians of the out-of-place time; speedup = uncompressed time / compressed time; wire ratio =
 # compressed wire bytes per call / uncompressed ones (both from collCommGetStats).
-# Targets (issue 6): speedup >= 5, wire ratio <= 0.14. Root.
+# Targets: speedup >= 5, wire ratio <= 0.14. Root.
 # usage: bench/compare_compressed_emucluster.sh   (env: BUILD, ROUNDS=3, RATE=1gbit, NODES=4,
 #        SIZE=64M, ITERS=4, WARMUP=2, SPEC=int4:64)
 set -euo pipefail

@@ -3,7 +3,7 @@
 # then 4 nodes x 2 ranks, RATE per node link, ranks in blocks (the ring crosses each node link once
 # per direction). allreduce_perf at 64 MiB with COLL_ALGO=allreduce:ring and allreduce:hier
 # alternated ROUNDS times; medians of time and busbw; speedup = ring time / hier time.
-# Targets (issue 4): >= 1.5 on 2x4 (the bandwidth model's ceiling is 1.75), >= 1.0 on 4x2. Root.
+# Targets: >= 1.5 on 2x4 (the bandwidth model's ceiling is 1.75), >= 1.0 on 4x2. Root.
 # usage: bench/compare_hier_emucluster.sh   (env: BUILD, ROUNDS=3, RATE=1gbit, ITERS=4, WARMUP=2,
 #        SETUPS="2x4 4x2", ALGOS="ring hier", SIZE=64M, ALGO_FORMAT="allreduce:%s" the COLL_ALGO value)
 set -euo pipefail

@@ -10,7 +10,7 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 # The fewest warm-up calls that leave no first call of a stream lane in the timed loop: calls
 # alternate between the communicator's lanes (COLL_STREAM_LANES, 2 by default) and a lane's first
 # call makes it (connections, windows, buffers). With 1, 64 MiB compressed on 4 emulated nodes x 1
-# timed 310 ms per call instead of 160 ms (2026-12-02; one lane, or 2 warm-up calls, 150-170 ms).
+# timed 310 ms per call instead of 160 ms (one lane, or 2 warm-up calls: 150-170 ms).
 LANES_WARMUP=2
 
 need() {

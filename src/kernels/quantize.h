@@ -1,4 +1,4 @@
-// 4-bit block quantization of gradients (issue 6): the wire format and the CPU kernels (runtime
+// 4-bit block quantization of gradients: the wire format and the CPU kernels (runtime
 // dispatch AVX-512 / AVX2 / portable, all bit-identical). CUDA kernels with the same results live
 // in src/kernels/cuda/ and are declared in quantize_cuda.h.
 //

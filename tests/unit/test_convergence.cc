@@ -1,4 +1,4 @@
-// Convergence with the compressed All-Reduce (issue 6): a 2-layer MLP trained by 16 simulated
+// Convergence with the compressed All-Reduce: a 2-layer MLP trained by 16 simulated
 // workers whose gradients are averaged through the in-process executor with the real schedules.
 #include <gtest/gtest.h>
 

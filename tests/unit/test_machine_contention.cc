@@ -212,7 +212,7 @@ std::string floatPlan(const PlannerInputs& in, uint64_t count) {
 
 TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeRabenseifner) {
   // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s, with the links as probed there
-  // (planner_vs_forced-20261202-105748): at 8 B Rabenseifner (16 messages, 12 across hosts) ran
+  // (bench/planner_vs_forced.sh): at 8 B Rabenseifner (16 messages, 12 across hosts) ran
   // 430 us, recursive doubling (24, 16 across) 468, the ring 561, the tree 659.
   Inputs busy(emulated(4, 2, 2));
   busy.in.intraHost = {0.59e-6, 1 / 15e9};
@@ -226,7 +226,7 @@ TEST(PlannerContention, EightBytesOnAnOversubscribedFourByTwoClusterTakeRabensei
 
 TEST(PlannerContention, EightBytesOnAnOversubscribedTwoByFourClusterTakeHierarchical) {
   // Measured on 2 CPUs, 2 namespaces x 4 ranks, 1 Gbit/s, with the links as probed there
-  // (planner_vs_forced-20261202-095726): at 8 B hierarchical ran 258 us, the ring 347, the tree
+  // (bench/planner_vs_forced.sh): at 8 B hierarchical ran 258 us, the ring 347, the tree
   // and recursive doubling 284.
   Inputs busy(emulated(2, 4, 2));
   busy.in.intraHost = {0.3e-6, 1 / 20e9};
@@ -264,11 +264,11 @@ TEST(PlannerContention, ARingsBytesHideItsCpuTimeOnAnOversubscribedMachine) {
 }
 
 TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierarchicalRing) {
-  // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s, inter-host alpha probed at 32-35 us
-  // (2026-12-03): at 32 KiB hierarchical with a ring across hosts ran 418-451 us, with
-  // Rabenseifner 456-469, with recursive doubling 554-560, the flat ring 483-509. On a day that
-  // probed 11-26 us (planner_vs_forced-20261202-154405, -164432) hierarchical (Rabenseifner across
-  // hosts) ran 450 us and the flat ring 512-547. Both days' links take hierarchical's ring.
+  // Measured on 2 CPUs, 4 namespaces x 2 ranks, 1 Gbit/s (bench/planner_vs_forced.sh), inter-host
+  // alpha probed at 32-35 us: at 32 KiB hierarchical with a ring across hosts ran 418-451 us, with
+  // Rabenseifner 456-469, with recursive doubling 554-560, the flat ring 483-509. On runs that
+  // probed 11-26 us hierarchical (Rabenseifner across hosts) ran 450 us and the flat ring 512-547.
+  // Both sets of links take hierarchical's ring.
   for (const LinkCost inter : {LinkCost{34.34e-6, 1 / 0.120e9}, LinkCost{10.8e-6, 1 / 0.119e9}, LinkCost{25.6e-6, 1 / 0.120e9}}) {
     Inputs busy(emulated(4, 2, 2));
     busy.in.intraHost = {0.39e-6, 1 / 10.94e9};
@@ -279,7 +279,7 @@ TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierar
 }
 
 TEST(PlannerContention, HierarchicalPricesItsPhasedAlgorithmsAcrossHostsAsTheyRunFlat) {
-  // planner_vs_forced-20261203-071810, 4 x 2 emulated hosts on 2 CPUs at 16 MiB: two of three auto
+  // bench/planner_vs_forced.sh, 4 x 2 emulated hosts on 2 CPUs at 16 MiB: two of three auto
   // launches took hierarchical with the torus over 2 x 2 hosts (250-277 ms) with these probed
   // links, where hierarchical with the ring ran 217-223 ms. The torus and Rabenseifner run
   // across hosts as much slower than their model as they run flat (implementationFactor).
