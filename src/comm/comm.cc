@@ -20,6 +20,46 @@
 
 namespace coll {
 
+const StringKnob kTransport("COLL_TRANSPORT", "",
+                            "Force one transport for every peer, same host included: shm, tcp, ucx or ib (testing). Takes precedence over COLL_NET.",
+                            {KnobSection::Transports, 10});
+const StringKnob kNet("COLL_NET", "",
+                      "Transport between hosts: ib, ucx or tcp. Unset: the best one every rank has (ib, then ucx where UCX drives an RDMA device, then tcp), logged at INFO. Ignored when COLL_TRANSPORT is set.",
+                      {KnobSection::Transports, 30});
+const StringKnob kAlgo("COLL_ALGO", "",
+                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: ring, direct, tree, recdoubling, rabenseifner, torus, hier, bruck, pairwise, linear, dissemination. A filter that leaves a collective nothing that can run is an error at init.",
+                       {KnobSection::PlannerExecutor, 10});
+const StringKnob kTorusDims("COLL_TORUS_DIMS", "",
+                            "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per host x hosts, else the most balanced factorisation).",
+                            {KnobSection::PlannerExecutor, 20});
+const BoolKnob kLinkProbe("COLL_LINK_PROBE", "1",
+                          "1: measure the link model's parameters at communicator creation (a short ping-pong per link class, well under a second); 0: COLL_LINK_* knobs or built-in leads.",
+                          {KnobSection::PlannerExecutor, 30});
+const StringKnob kLinkIntraAlphaUs("COLL_LINK_INTRA_ALPHA_US", "",
+                                   "Planner: latency of one hop between ranks of a host, microseconds (default: probed).",
+                                   {KnobSection::PlannerExecutor, 40});
+const StringKnob kLinkIntraGbps("COLL_LINK_INTRA_GBPS", "",
+                                "Planner: bandwidth of one hop between ranks of a host, GB/s = 1e9 bytes/s (default: probed).",
+                                {KnobSection::PlannerExecutor, 50});
+const StringKnob kLinkInterAlphaUs("COLL_LINK_INTER_ALPHA_US", "",
+                                   "Planner: latency of one message between hosts, microseconds (default: probed).",
+                                   {KnobSection::PlannerExecutor, 60});
+const StringKnob kLinkInterGbps("COLL_LINK_INTER_GBPS", "",
+                                "Planner: bandwidth of one network link (NIC) between hosts, GB/s (default: probed; the probe measures one pair of ranks, i.e. one NIC).",
+                                {KnobSection::PlannerExecutor, 70});
+const IntKnob kLinkNicsPerHost("COLL_LINK_NICS_PER_HOST", "1",
+                               "Planner: network links per host that inter-host traffic spreads over (local rank i uses link i*N/ranks-on-host). 1 (default): one link shared by all of a host's ranks, as on an emulated cluster; 0: one per rank (a NIC per GPU, as real GPU clusters).",
+                               {KnobSection::PlannerExecutor, 80});
+const StringKnob kLinkGammaGbps("COLL_LINK_GAMMA_GBPS", "",
+                                "Planner: local reduction speed, GB/s of reduced data (default: probed).",
+                                {KnobSection::PlannerExecutor, 90});
+const BytesKnob kDirectMaxBytes("COLL_DIRECT_MAX_BYTES", "",
+                                "Largest message the planner sends through the direct algorithm (default: what fits in a window half).",
+                                {KnobSection::PlannerExecutor, 100});
+const BoolKnob kCheck("COLL_CHECK", "0",
+                      "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).",
+                      {KnobSection::PlannerExecutor, 130});
+
 namespace {
 
 // Swaps a communicator's wait policy for one scope (the link probe's).
@@ -66,7 +106,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   Deadline deadline = Deadline::afterMs(timeoutMs_);
 
   // COLL_TRANSPORT names one transport for every peer; shm is special (no net at all).
-  const std::string forced = knobString("COLL_TRANSPORT");
+  const std::string forced = kTransport.get();
   NetKind ignored;
   if (forced == "shm") forced_ = TransportKind::Shm;
   else if (netKindFromName(forced, &ignored)) forced_ = TransportKind::Net;
@@ -100,8 +140,8 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     early.topo = &topo_;
     early.haveWindows = forced_ != TransportKind::Net;
     early.windowHalfBytes = shmOptionsFromConfig().windowHalfBytes;
-    early.forcedAlgo = knobString("COLL_ALGO");
-    early.torusDims = knobString("COLL_TORUS_DIMS");
+    early.forcedAlgo = kAlgo.get();
+    early.torusDims = kTorusDims.get();
     finalizePlannerInputs(&early);
     COLL_TRY(checkForcedAlgo(early));
   }
@@ -115,7 +155,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   // machine spin on the same cores.
   waitPolicy_ = waitPolicyFor(topo_.machineSize());
   waitPolicy_.timeoutMs = timeoutMs_;
-  checkCalls_ = knobBool("COLL_CHECK");
+  checkCalls_ = kCheck.get();
 
   COLL_TRY(setupPlanner());
   startLanes();
@@ -136,9 +176,9 @@ Status Comm::chooseNet() {
   if (forced_ == TransportKind::Shm) return okStatus();
   // Precedence: COLL_TRANSPORT (every peer), then COLL_NET, then the config's netName, then the
   // best transport that every rank published as available.
-  std::string source, wanted = knobString("COLL_TRANSPORT");
+  std::string source, wanted = kTransport.get();
   if (!wanted.empty()) source = "COLL_TRANSPORT";
-  else if (!(wanted = knobString("COLL_NET")).empty()) source = "COLL_NET";
+  else if (!(wanted = kNet.get()).empty()) source = "COLL_NET";
   else if (!config_.netName.empty()) source = "config.netName", wanted = config_.netName;
   uint32_t everyone = ~0u;
   int lacking[kNetKinds] = {-1, -1, -1};  // a rank without each transport, for the error
@@ -184,14 +224,14 @@ Status Comm::chooseNet() {
 namespace {
 
 // A COLL_LINK_* knob: a positive number, or unset (0).
-Status linkKnob(const char* name, double* out) {
+Status linkKnob(const StringKnob& knob, double* out) {
   *out = 0;
-  const std::string text = knobString(name);
+  const std::string text = knob.get();
   if (text.empty()) return okStatus();
   char* end = nullptr;
   const double v = strtod(text.c_str(), &end);
   if (end == text.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
-    return makeError(collInvalidUsage, "%s=%s is not a positive number", name, text.c_str());
+    return makeError(collInvalidUsage, "%s=%s is not a positive number", knob.name(), text.c_str());
   }
   *out = v;
   return okStatus();
@@ -208,12 +248,12 @@ Status Comm::setupPlanner() {
   in.topo = &topo_;
   in.haveWindows = shm_ != nullptr;
   in.windowHalfBytes = shm_ ? shm_->halfBytes() : 0;
-  in.forcedAlgo = knobString("COLL_ALGO");
-  in.torusDims = knobString("COLL_TORUS_DIMS");
-  in.directMaxBytes = knobBytes("COLL_DIRECT_MAX_BYTES");
+  in.forcedAlgo = kAlgo.get();
+  in.torusDims = kTorusDims.get();
+  in.directMaxBytes = kDirectMaxBytes.get();
   // An explicit COLL_SLICE_BYTES is the user's chunk: the planner keeps it.
-  in.sliceBytes = knobRaw("COLL_SLICE_BYTES") ? knobBytes("COLL_SLICE_BYTES") : 0;
-  const int64_t nics = knobInt("COLL_LINK_NICS_PER_HOST");
+  in.sliceBytes = kSliceBytes.raw() ? kSliceBytes.get() : 0;
+  const int64_t nics = kLinkNicsPerHost.get();
   if (nics < 0 || nics > 65536) {
     return makeError(collInvalidUsage, "COLL_LINK_NICS_PER_HOST=%lld: want 0 (one NIC per rank) or a count of NICs per host",
                      static_cast<long long>(nics));
@@ -227,15 +267,15 @@ Status Comm::setupPlanner() {
   }
 
   double intraAlphaUs, intraGBps, interAlphaUs, interGBps, gammaGBps;
-  COLL_TRY(linkKnob("COLL_LINK_INTRA_ALPHA_US", &intraAlphaUs));
-  COLL_TRY(linkKnob("COLL_LINK_INTRA_GBPS", &intraGBps));
-  COLL_TRY(linkKnob("COLL_LINK_INTER_ALPHA_US", &interAlphaUs));
-  COLL_TRY(linkKnob("COLL_LINK_INTER_GBPS", &interGBps));
-  COLL_TRY(linkKnob("COLL_LINK_GAMMA_GBPS", &gammaGBps));
+  COLL_TRY(linkKnob(kLinkIntraAlphaUs, &intraAlphaUs));
+  COLL_TRY(linkKnob(kLinkIntraGbps, &intraGBps));
+  COLL_TRY(linkKnob(kLinkInterAlphaUs, &interAlphaUs));
+  COLL_TRY(linkKnob(kLinkInterGbps, &interGBps));
+  COLL_TRY(linkKnob(kLinkGammaGbps, &gammaGBps));
 
   // What each class needs measured: a class that exists here and that the knobs leave open.
   // A stream lane takes its parent's measured model: the same ranks over the same links.
-  const bool probe = knobBool("COLL_LINK_PROBE") && topo_.nranks > 1 && laneParent_ == nullptr;
+  const bool probe = kLinkProbe.get() && topo_.nranks > 1 && laneParent_ == nullptr;
   const bool intraExists = in.shape.maxLocal > 1;
   const bool needIntra = probe && intraExists && (intraAlphaUs == 0 || intraGBps == 0);
   const bool needInter = probe && topo_.nhosts > 1 && (interAlphaUs == 0 || interGBps == 0);
@@ -283,7 +323,7 @@ Status Comm::pingPong(int peer, bool initiator, uint64_t bigBytes, uint64_t spin
   // 100 us from launch to launch (8 ranks, 2 cores). Longer spins cost more than they save when
   // the two share a core: 2000 polls on shared memory measured 62 us per hop.
   WaitPolicy pair = waitPolicy_;
-  if (!knobRaw("COLL_SPIN_COUNT")) pair.spins = spins;
+  if (!kSpinCount.raw()) pair.spins = spins;
   ScopedWaitPolicy scoped(&waitPolicy_, pair);
   std::vector<std::byte> big(peer >= 0 ? bigBytes : 0), small(8);
   // Ranks outside the pair run empty batches in step, so every rank's call count (which names

@@ -22,6 +22,10 @@
 
 namespace coll {
 
+const BoolKnob kDumpOnSignal("COLL_DUMP_ON_SIGNAL", "0",
+                             "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the operation, its pending steps and the peers it waits for.",
+                             {KnobSection::PlannerExecutor, 140});
+
 namespace {
 
 int64_t nowNs() {
@@ -59,7 +63,7 @@ void dumpThread() {
 
 // COLL_DUMP_ON_SIGNAL=1: installs the handler and its thread once per process.
 void maybeInstallDumpSignal() {
-  if (!knobBool("COLL_DUMP_ON_SIGNAL")) return;
+  if (!kDumpOnSignal.get()) return;
   static std::once_flag once;
   std::call_once(once, [] {
     if (::pipe2(gSignalPipe, O_CLOEXEC) != 0) {

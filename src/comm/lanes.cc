@@ -30,6 +30,10 @@
 
 namespace coll {
 
+const IntKnob kStreamLanes("COLL_STREAM_LANES", "2",
+                           "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different host streams of one communicator overlaps; lane k > 0 is an internal communicator over the same ranks, made on first use. 1: one lane, all work of a communicator in issue order.",
+                           {KnobSection::PlannerExecutor, 120});
+
 namespace {
 
 constexpr int kPollMs = 50;  // how often a rendezvous wait looks at abort and failure flags
@@ -37,7 +41,7 @@ constexpr int kPollMs = 50;  // how often a rendezvous wait looks at abort and f
 }  // namespace
 
 int streamLanesFromConfig() {
-  const int64_t v = knobInt("COLL_STREAM_LANES");
+  const int64_t v = kStreamLanes.get();
   if (v < 1) return 1;
   return v > kMaxStreamLanes ? kMaxStreamLanes : static_cast<int>(v);
 }
