@@ -130,15 +130,11 @@ Status Comm::runExecution(Execution& execution, const Schedule& schedule, const 
   } netCall(links_.net());
   COLL_TRY(execution.start(schedule, buffers, links_, seq_));
   failure_.publishOp(what, count, dtype, seq_);
-  ExecSnapshot& snapshot = failure_.snapshot();
-  Status st = runToCompletion(execution, links_, callDeadline(), links_.waitPolicy(), &snapshot);
+  Status st = runToCompletion(execution, links_, callDeadline(), links_.waitPolicy(), &failure_.snapshot());
   // The snapshot keeps saying "in this call, waiting for P" while the error is analysed: peers
   // following their own wait-for chains must not take this rank for the culprit meanwhile.
   if (!st.ok()) st = failure_.diagnose(st, execution);
-  snapshot.running.store(false, std::memory_order_release);
-  snapshot.idleSinceNs.store(0, std::memory_order_relaxed);
-  snapshot.waitPeer.store(-1, std::memory_order_relaxed);
-  snapshot.step.store(-1, std::memory_order_relaxed);
+  failure_.publishIdle();
   return st;
 }
 

@@ -283,6 +283,13 @@ void FailureManager::publishOp(const char* what, uint64_t count, int dtype, uint
   snapshot_.running.store(true, std::memory_order_release);
 }
 
+void FailureManager::publishIdle() {
+  snapshot_.running.store(false, std::memory_order_release);
+  snapshot_.idleSinceNs.store(0, std::memory_order_relaxed);
+  snapshot_.waitPeer.store(-1, std::memory_order_relaxed);
+  snapshot_.step.store(-1, std::memory_order_relaxed);
+}
+
 Status FailureManager::consequence(const Status& st) {
   Status why = failures_.interruption(rank());
   if (why.ok()) return st;

@@ -69,6 +69,8 @@ class FailureManager {
   // What the executor is doing, for dumps and peers' wait-for queries.
   ExecSnapshot& snapshot() { return snapshot_; }
   void publishOp(const char* what, uint64_t count, int dtype, uint64_t seq);
+  // The call is over (after any diagnosis: until then peers' wait-for chains see it waiting).
+  void publishIdle();
   // What a failed call means: a failed peer recorded and told, or a timeout's wait-for chain.
   Status diagnose(const Status& st, const Execution& execution);
   // The error a call reports once the communicator is interrupted: the failure, then what it saw.
