@@ -1,5 +1,5 @@
 // collinfo: prints the library version, the SIMD level the kernels picked, and every knob of
-// the config registry with its current value; --markdown prints the README's knob table.
+// the config registry with its current value; --markdown prints docs/KNOBS.md's knob table.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       markdown = true;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       printf("usage: collinfo [--markdown]\n  prints version, SIMD level and all environment knobs\n"
-             "  --markdown  the knob table for the README\n");
+             "  --markdown  the knob table for docs/KNOBS.md\n");
       return 0;
     } else {
       fprintf(stderr, "collinfo: unknown argument %s (see --help)\n", argv[i]);
@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
   const auto& knobs = coll::allKnobs();
   if (markdown) {
     printf("| Variable | Type | Default | Description |\n|---|---|---|---|\n");
-    for (const auto& k : knobs) {
-      std::string def = k.defaultValue[0] ? std::string("`") + k.defaultValue + "`" : "";
-      printf("| `%s` | %s | %s | %s%s |\n", k.name, typeName(k.type), def.c_str(), k.foreign ? "(launcher) " : "",
-             cell(k.doc).c_str());
+    for (const coll::Knob* k : knobs) {
+      std::string def = k->defaultValue()[0] ? std::string("`") + k->defaultValue() + "`" : "";
+      printf("| `%s` | %s | %s | %s%s |\n", k->name(), typeName(k->type()), def.c_str(),
+             k->foreign() ? "(launcher) " : "", cell(k->doc()).c_str());
     }
     return 0;
   }
@@ -61,13 +61,13 @@ int main(int argc, char** argv) {
   printf("libcollective %d.%d.%d\n", version / 10000, (version / 100) % 100, version % 100);
   printf("SIMD level: %s\n", coll::kernels::simdLevel());
   printf("\nEnvironment knobs (value shown when set):\n");
-  for (const auto& k : knobs) {
-    auto raw = coll::knobRaw(k.name);
-    printf("  %-24s %-6s default=%-8s %s%s\n", k.name, typeName(k.type), k.defaultValue[0] ? k.defaultValue : "-",
-           raw ? "value=" : "",
+  for (const coll::Knob* k : knobs) {
+    auto raw = k->raw();
+    printf("  %-24s %-6s default=%-8s %s%s\n", k->name(), typeName(k->type()),
+           k->defaultValue()[0] ? k->defaultValue() : "-", raw ? "value=" : "",
            // The job secret is never printed: collinfo output lands in logs and bug reports.
-           !raw ? "" : std::string(k.name) == "COLL_COMM_SECRET" ? "(set, hidden)" : raw->c_str());
-    printf("      %s%s\n", k.foreign ? "(set by launchers) " : "", k.doc);
+           !raw ? "" : std::string(k->name()) == "COLL_COMM_SECRET" ? "(set, hidden)" : raw->c_str());
+    printf("      %s%s\n", k->foreign() ? "(set by launchers) " : "", k->doc());
   }
   return 0;
 }

@@ -11,11 +11,15 @@
 #include <vector>
 
 #include "src/oob/bootstrap.h"
+#include "src/base/config.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "transports/transport.h"
 
 namespace coll {
+
+// The NCCL net plugin's transport (src/nccl_net).
+extern const StringKnob kNcclNet;  // COLL_NCCL_NET
 
 // In order of preference for COLL_NET's automatic choice (the best one every rank has).
 enum class NetKind : uint32_t { Ib = 0, Ucx = 1, Tcp = 2 };

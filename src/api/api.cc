@@ -27,6 +27,10 @@
 #include "src/kernels/reduce.h"
 
 namespace coll {
+
+const BytesKnob kCompressMinBytes("COLL_COMPRESS_MIN_BYTES", "64K",
+                                  "collAllReduceCompressed: tensors smaller than this run uncompressed (when the call's minBytes is 0), logged once per communicator.",
+                                  {KnobSection::Transports, 20});
 namespace {
 
 // ---- errors -----------------------------------------------------------------------------------
@@ -607,7 +611,7 @@ Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* resi
   out->stochastic = rounding == collRoundStochastic;
   out->seed = c.seed;
   out->step = c.step;
-  out->minBytes = c.minBytes != 0 ? c.minBytes : static_cast<uint64_t>(knobBytes("COLL_COMPRESS_MIN_BYTES"));
+  out->minBytes = c.minBytes != 0 ? c.minBytes : kCompressMinBytes.get();
   out->residual = static_cast<float*>(residual);
   return okStatus();
 }

@@ -15,6 +15,11 @@
 
 namespace coll {
 
+const StringKnob kDebug("COLL_DEBUG", "WARN", "Log level: NONE, WARN, INFO or TRACE.", {KnobSection::Logging, 10});
+const StringKnob kDebugFile("COLL_DEBUG_FILE", "",
+                            "Write log lines to this file (%h = host, %p = pid) instead of stderr.",
+                            {KnobSection::Logging, 20});
+
 namespace {
 
 std::atomic<int> gLevel{-1};
@@ -23,7 +28,7 @@ FILE* gFile = nullptr;
 std::atomic<LogSink> gSink{nullptr};
 
 int parseLevel() {
-  std::string v = knobString("COLL_DEBUG");
+  std::string v = kDebug.get();
   for (auto& c : v) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
   if (v == "NONE" || v == "0") return 0;
   if (v == "INFO") return 2;
@@ -33,7 +38,7 @@ int parseLevel() {
 
 FILE* logFile() {
   if (gFile) return gFile;
-  std::string path = knobString("COLL_DEBUG_FILE");
+  std::string path = kDebugFile.get();
   if (!path.empty()) {
     std::string expanded;
     char host[256] = {0};

@@ -30,6 +30,10 @@
 
 namespace coll {
 
+const IntKnob kStreamLanes("COLL_STREAM_LANES", "2",
+                           "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different host streams of one communicator overlaps; lane k > 0 is an internal communicator over the same ranks, made on first use. 1: one lane, all work of a communicator in issue order.",
+                           {KnobSection::PlannerExecutor, 120});
+
 namespace {
 
 constexpr int kPollMs = 50;  // how often a rendezvous wait looks at abort and failure flags
@@ -37,7 +41,7 @@ constexpr int kPollMs = 50;  // how often a rendezvous wait looks at abort and f
 }  // namespace
 
 int streamLanesFromConfig() {
-  const int64_t v = knobInt("COLL_STREAM_LANES");
+  const int64_t v = kStreamLanes.get();
   if (v < 1) return 1;
   return v > kMaxStreamLanes ? kMaxStreamLanes : static_cast<int>(v);
 }
@@ -54,8 +58,8 @@ Lanes::~Lanes() { shutdown(); }
 
 Status Lanes::interrupted() {
   if (stop_.load()) return makeError(collRemoteError, "the communicator was aborted while making a stream lane");
-  if (parent_.aborting()) {
-    Status why = parent_.checkUsable();
+  if (parent_.failure_.aborting()) {
+    Status why = parent_.failure_.checkUsable();
     return why.ok() ? makeError(collRemoteError, "the communicator failed while making a stream lane") : why;
   }
   return okStatus();
@@ -98,15 +102,15 @@ Status Lanes::sendPolling(int peer, uint32_t tag, const void* data, size_t size,
 }
 
 Status Lanes::diagnoseTimeout(int peer, const Status& st) {
-  Comm& p = parent_;
+  FailureManager& f = parent_.failure_;
   int culprit = -1;
   std::string reason, cycle;
-  p.followWaitChain(peer, p.snapshot_.seq.load(std::memory_order_relaxed), &culprit, &reason, &cycle);
-  if (p.failures_.interrupted()) return p.consequence(st);
-  if (culprit >= 0 && p.awaitNotice()) return p.consequence(st);
+  f.followWaitChain(peer, f.snapshot().seq.load(std::memory_order_relaxed), &culprit, &reason, &cycle);
+  if (f.interrupted()) return f.consequence(st);
+  if (culprit >= 0 && f.awaitNotice()) return f.consequence(st);
   if (culprit >= 0) {
-    (void)p.recordFailure(culprit, reason, p.rank(), true);
-    return Status(collTimeout, p.failures_.interruption(p.rank()).message() + "\n  " + st.message());
+    (void)f.recordFailure(culprit, reason, parent_.rank(), true);
+    return Status(collTimeout, f.interruption().message() + "\n  " + st.message());
   }
   if (!cycle.empty()) {
     return Status(collTimeout, st.message() + "\n  the ranks wait for each other in a cycle: " + cycle +
@@ -172,15 +176,15 @@ Status Lanes::make(int k, std::unique_ptr<Comm>* out) {
 }
 
 Status Lanes::ready(Lane& lane) {
-  if (lane.child) return parent_.checkUsable();
+  if (lane.child) return parent_.failure_.checkUsable();
   if (lane.tried) return lane.made;
-  COLL_TRY(parent_.checkUsable());
+  COLL_TRY(parent_.failure_.checkUsable());
   lane.tried = true;
   std::unique_ptr<Comm> child;
   lane.made = make(lane.index, &child);
   if (!lane.made.ok()) {
     const collResult_t code = lane.made.code();
-    if (code == collRemoteError || code == collTimeout || code == collSystemError) parent_.fail(lane.made);
+    if (code == collRemoteError || code == collTimeout || code == collSystemError) parent_.failure_.fail(lane.made);
     return lane.made;
   }
   lane.child = std::move(child);
@@ -217,7 +221,7 @@ void Lanes::loop(Lane& lane) {
 Status Lanes::enqueue(int k, Comm::Work work) {
   Lane& lane = *lanes_[static_cast<size_t>(k)];
   std::lock_guard<std::mutex> lock(lane.mu);
-  if (parent_.aborted_.load() || stop_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
+  if (parent_.failure_.aborted() || stop_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
   if (!lane.thread.joinable()) {
     lane.thread = std::thread([this, &lane] { loop(lane); });
     lane.threaded.store(true, std::memory_order_release);
@@ -319,9 +323,9 @@ void Comm::abortLanes() {
 void Comm::forwardFailure(int peer, const std::string& reason, int reportedBy) {
   // A lane's failed peer is the communicator's, and the other way round; recordFailure reports
   // news only once, so the forwarding stops after one round.
-  if (laneParent_ != nullptr) (void)laneParent_->recordFailure(peer, reason, reportedBy, false);
+  if (laneParent_ != nullptr) (void)laneParent_->failure_.recordFailure(peer, reason, reportedBy, false);
   if (lanes_) {
-    lanes_->forEachChild([&](Comm& child) { (void)child.recordFailure(peer, reason, reportedBy, false); });
+    lanes_->forEachChild([&](Comm& child) { (void)child.failure_.recordFailure(peer, reason, reportedBy, false); });
   }
 }
 
@@ -350,11 +354,11 @@ void Comm::answerFromLanes(WaitForAnswer* a) {
   // Lanes of one rank progress independently, so a rank idle in this lane may be stuck in
   // another: the wait-for chain follows that wait instead of blaming an idle rank.
   auto consider = [&](Comm& c) {
-    if (a->running || &c == this || !c.snapshot_.running.load(std::memory_order_acquire)) return;
+    if (a->running || &c == this || !c.failure_.snapshot().running.load(std::memory_order_acquire)) return;
     a->running = true;
-    a->seq = c.snapshot_.seq.load(std::memory_order_relaxed);
-    a->waitPeer = c.snapshot_.waitPeer.load(std::memory_order_relaxed);
-    a->step = c.snapshot_.step.load(std::memory_order_relaxed);
+    a->seq = c.failure_.snapshot().seq.load(std::memory_order_relaxed);
+    a->waitPeer = c.failure_.snapshot().waitPeer.load(std::memory_order_relaxed);
+    a->step = c.failure_.snapshot().step.load(std::memory_order_relaxed);
   };
   consider(*root);
   root->lanes_->answerWaitFor(a);

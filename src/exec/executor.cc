@@ -18,6 +18,16 @@
 
 namespace coll {
 
+const IntKnob kSpinCount("COLL_SPIN_COUNT", "",
+                         "Polls before a waiting rank yields the CPU (default 2000, or 0 with more ranks on the machine than cores).",
+                         {KnobSection::Transports, 230});
+const IntKnob kYieldCount("COLL_YIELD_COUNT", "200",
+                          "Yields before a waiting rank sleeps on a futex.",
+                          {KnobSection::Transports, 240});
+const BytesKnob kSliceBytes("COLL_SLICE_BYTES", "128K",
+                            "Executor slice: the unit that streams through a rank. When set, the planner keeps it; unset, pipelined trees and chains may get another chunk from the planner.",
+                            {KnobSection::PlannerExecutor, 110});
+
 namespace {
 
 constexpr uint64_t kElemMask = (uint64_t{1} << HostWindows::kSeqShift) - 1;
@@ -33,7 +43,7 @@ int32_t seqDelta(uint64_t published, uint64_t seq) {
 size_t knobSliceBytes() {
   // Read once: the knob is consulted on every start() and getenv is not free.
   static const size_t bytes = [] {
-    uint64_t b = knobBytes("COLL_SLICE_BYTES");
+    uint64_t b = kSliceBytes.get();
     return static_cast<size_t>(b == 0 ? 128 * 1024 : b);
   }();
   return bytes;
@@ -767,8 +777,8 @@ WaitPolicy waitPolicyFor(int machineRanks) {
   // with 20 polls before yielding, 826 us with none; 2 x 4, tree: 628 us and 407 us; 1 x 8
   // (shared memory) and 16 MiB alike (2026-12-02).
   if (cpus > 0 && machineRanks > cpus) policy.spins = 0;
-  if (knobRaw("COLL_SPIN_COUNT")) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_SPIN_COUNT")));
-  if (knobRaw("COLL_YIELD_COUNT")) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, knobInt("COLL_YIELD_COUNT")));
+  if (kSpinCount.raw()) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, kSpinCount.get()));
+  if (kYieldCount.raw()) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, kYieldCount.get()));
   return policy;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/config.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "src/schedule/schedule.h"
@@ -22,6 +23,11 @@ struct QuantParams;
 }
 
 namespace coll {
+
+// The executor's knobs (the wait policy, the slice), which the planner and the link probe read too.
+extern const IntKnob kSpinCount;  // COLL_SPIN_COUNT
+extern const IntKnob kYieldCount;  // COLL_YIELD_COUNT
+extern const BytesKnob kSliceBytes;  // COLL_SLICE_BYTES
 
 struct ExecBuffers {
   const void* send = nullptr;

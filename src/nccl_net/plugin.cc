@@ -240,7 +240,7 @@ std::string readLine(const std::string& path) {
 Status chooseKind(NetKind* out) {
   std::string why;
   const uint32_t available = probeNetAvailability(&why);
-  std::string forced = knobString("COLL_NCCL_NET");
+  std::string forced = kNcclNet.get();
   if (!forced.empty()) {
     NetKind kind;
     if (!netKindFromName(forced, &kind)) {

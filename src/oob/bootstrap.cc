@@ -26,6 +26,10 @@
 
 namespace coll {
 
+const IntKnob kBootstrapFanout("COLL_BOOTSTRAP_FANOUT", "8",
+                               "Fan-out of the tree that distributes the rank table at init.",
+                               {KnobSection::Bootstrap, 90});
+
 namespace {
 
 // ---- wire format: fixed-size little-endian fields -------------------------------------------
@@ -608,7 +612,7 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   // Where to listen: COLL_SOCKET_IFNAME wins; a root on loopback means a single-host job;
   // otherwise the selected interface, preferring the root's address family.
   NetInterface ni;
-  if (knobRaw("COLL_SOCKET_IFNAME")) {
+  if (kSocketIfname.raw()) {
     COLL_TRY(selectInterface(&ni));
   } else if (id_.root.isLoopback()) {
     COLL_TRY(localAddressTowards(id_.root, &ni.address));
@@ -672,7 +676,7 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   }
   peers_ = std::move(peers);
 
-  int64_t fanout = std::clamp<int64_t>(knobInt("COLL_BOOTSTRAP_FANOUT"), 1, 1 << 16);
+  int64_t fanout = std::clamp<int64_t>(kBootstrapFanout.get(), 1, 1 << 16);
   for (int64_t c = static_cast<int64_t>(rank_) * fanout + 1;
        c <= static_cast<int64_t>(rank_) * fanout + fanout && c < nranks_; ++c) {
     int child = static_cast<int>(c);

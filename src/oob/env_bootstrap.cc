@@ -14,6 +14,43 @@
 
 namespace coll {
 
+// Ours first (collrun sets them), then the launchers' (the rank table below reads them in order).
+const StringKnob kCommId("COLL_COMM_ID", "",
+                         "host:port of the rendezvous hosted by rank 0 (collCommInitFromEnv).",
+                         {KnobSection::Bootstrap, 10});
+const StringKnob kCommSecret("COLL_COMM_SECRET", "",
+                             "Job secret (hex or text) authenticating every connection (collCommInitFromEnv).",
+                             {KnobSection::Bootstrap, 20});
+const StringKnob kCommSecretFile("COLL_COMM_SECRET_FILE", "",
+                                 "File holding the job secret (collrun writes one per job).",
+                                 {KnobSection::Bootstrap, 30});
+const IntKnob kRank("COLL_RANK", "", "This process's rank (collrun sets it).", {KnobSection::Bootstrap, 40});
+const IntKnob kWorldSize("COLL_WORLD_SIZE", "", "Number of ranks (collrun sets it).", {KnobSection::Bootstrap, 50});
+const IntKnob kLocalRank("COLL_LOCAL_RANK", "",
+                         "Rank among the processes of this host (collrun sets it; informational).",
+                         {KnobSection::Bootstrap, 60});
+const IntKnob kTorchrunRank("RANK", "", "torchrun: rank.", {KnobSection::Launcher, 10});
+const IntKnob kTorchrunWorldSize("WORLD_SIZE", "", "torchrun: world size.", {KnobSection::Launcher, 20});
+const StringKnob kTorchrunMasterAddr("MASTER_ADDR", "",
+                                     "torchrun: rendezvous host (we use MASTER_PORT + 1).",
+                                     {KnobSection::Launcher, 30});
+const IntKnob kTorchrunMasterPort("MASTER_PORT", "", "torchrun: its own store's port.", {KnobSection::Launcher, 40});
+const IntKnob kOmpiRank("OMPI_COMM_WORLD_RANK", "", "Open MPI: rank.", {KnobSection::Launcher, 50});
+const IntKnob kOmpiSize("OMPI_COMM_WORLD_SIZE", "", "Open MPI: size.", {KnobSection::Launcher, 60});
+const IntKnob kPmiRank("PMI_RANK", "", "PMI (MPICH, Hydra): rank.", {KnobSection::Launcher, 70});
+const IntKnob kPmiSize("PMI_SIZE", "", "PMI (MPICH, Hydra): size.", {KnobSection::Launcher, 80});
+const IntKnob kSlurmProcId("SLURM_PROCID", "", "Slurm: rank.", {KnobSection::Launcher, 90});
+const IntKnob kSlurmNtasks("SLURM_NTASKS", "", "Slurm: size.", {KnobSection::Launcher, 100});
+const IntKnob kSlurmJobId("SLURM_JOB_ID", "",
+                          "Slurm: job id (derives the rendezvous port).",
+                          {KnobSection::Launcher, 110});
+const StringKnob kSlurmStepNodelist("SLURM_STEP_NODELIST", "",
+                                    "Slurm: nodes of this step (first one hosts the rendezvous).",
+                                    {KnobSection::Launcher, 120});
+const StringKnob kSlurmJobNodelist("SLURM_JOB_NODELIST", "",
+                                   "Slurm: nodes of the job (when the step list is absent).",
+                                   {KnobSection::Launcher, 130});
+
 namespace {
 
 constexpr size_t kMaxSecretFileBytes = 4096;
@@ -148,16 +185,17 @@ Status readSecretFile(const std::string& path, std::string* text) {
 }
 
 Status resolveRankSize(EnvBootstrap* out) {
-  static const char* const kPairs[][2] = {
-      {"COLL_RANK", "COLL_WORLD_SIZE"},
-      {"RANK", "WORLD_SIZE"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-      {"PMI_RANK", "PMI_SIZE"},
-      {"SLURM_PROCID", "SLURM_NTASKS"},
+  static const IntKnob* const kPairs[][2] = {
+      {&kRank, &kWorldSize},
+      {&kTorchrunRank, &kTorchrunWorldSize},
+      {&kOmpiRank, &kOmpiSize},
+      {&kPmiRank, &kPmiSize},
+      {&kSlurmProcId, &kSlurmNtasks},
   };
-  for (auto& pair : kPairs) {
-    auto r = knobRaw(pair[0]);
-    auto n = knobRaw(pair[1]);
+  for (auto& knobs : kPairs) {
+    const char* const pair[2] = {knobs[0]->name(), knobs[1]->name()};
+    auto r = knobs[0]->raw();
+    auto n = knobs[1]->raw();
     if (!r && !n) continue;
     if (!r || !n) {
       return makeError(collInvalidUsage, "%s is set but %s is not; set both (or neither)",
@@ -183,11 +221,11 @@ Status resolveRankSize(EnvBootstrap* out) {
 }
 
 Status resolveRendezvous(EnvBootstrap* out) {
-  if (auto id = knobRaw("COLL_COMM_ID")) {
+  if (auto id = kCommId.raw()) {
     COLL_TRY(SocketAddress::parse(*id, &out->rendezvous).withContext("COLL_COMM_ID"));
     out->source += ", COLL_COMM_ID";
-  } else if (auto addr = knobRaw("MASTER_ADDR")) {
-    auto portText = knobRaw("MASTER_PORT");
+  } else if (auto addr = kTorchrunMasterAddr.raw()) {
+    auto portText = kTorchrunMasterPort.raw();
     auto port = portText ? parseStrictInt(*portText) : std::nullopt;
     if (!port || *port < 1 || *port > 65534) {
       return makeError(collInvalidUsage, "MASTER_ADDR is set but MASTER_PORT=%s is not a port in "
@@ -199,9 +237,9 @@ Status resolveRendezvous(EnvBootstrap* out) {
     COLL_TRY(SocketAddress::parse(host + ":" + std::to_string(*port + 1), &out->rendezvous)
                  .withContext("MASTER_ADDR"));
     out->source += ", MASTER_ADDR:MASTER_PORT+1";
-  } else if (auto list = knobRaw("SLURM_STEP_NODELIST") ? knobRaw("SLURM_STEP_NODELIST")
-                                                        : knobRaw("SLURM_JOB_NODELIST")) {
-    auto jobText = knobRaw("SLURM_JOB_ID");
+  } else if (auto list = kSlurmStepNodelist.raw() ? kSlurmStepNodelist.raw()
+                                                        : kSlurmJobNodelist.raw()) {
+    auto jobText = kSlurmJobId.raw();
     auto job = jobText ? parseStrictInt(*jobText) : std::nullopt;
     if (!job || *job < 0) {
       return makeError(collInvalidUsage, "a Slurm node list is set but SLURM_JOB_ID=%s is not a "
@@ -269,9 +307,9 @@ Status resolveEnvBootstrap(EnvBootstrap* out) {
   COLL_TRY(resolveRankSize(&env));
   COLL_TRY(resolveRendezvous(&env));
   std::string secretText;
-  if (auto s = knobRaw("COLL_COMM_SECRET")) {
+  if (auto s = kCommSecret.raw()) {
     secretText = *s;
-  } else if (auto path = knobRaw("COLL_COMM_SECRET_FILE")) {
+  } else if (auto path = kCommSecretFile.raw()) {
     COLL_TRY(readSecretFile(*path, &secretText));
   }
   if (!secretText.empty()) {

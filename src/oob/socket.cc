@@ -21,6 +21,13 @@
 
 namespace coll {
 
+const StringKnob kSocketIfname("COLL_SOCKET_IFNAME", "",
+                               "Interfaces to use: prefix list (eth,ib), ^ to exclude, = for exact names.",
+                               {KnobSection::Bootstrap, 70});
+const StringKnob kSocketFamily("COLL_SOCKET_FAMILY", "",
+                               "AF_INET or AF_INET6 to force the address family of the chosen interface.",
+                               {KnobSection::Bootstrap, 80});
+
 namespace {
 
 bool isIpv6LinkLocal(const sockaddr_in6& a) {
@@ -275,9 +282,9 @@ Status findInterfaces(const std::string& spec, int family, std::vector<NetInterf
 }
 
 Status selectInterfacePreferring(int preferredFamily, NetInterface* out) {
-  std::string spec = knobString("COLL_SOCKET_IFNAME");
+  std::string spec = kSocketIfname.get();
   int family = AF_UNSPEC;
-  COLL_TRY(parseSocketFamily(knobString("COLL_SOCKET_FAMILY"), &family));
+  COLL_TRY(parseSocketFamily(kSocketFamily.get(), &family));
   std::vector<NetInterface> list;
   COLL_TRY(findInterfaces(spec, family, &list));
   if (list.empty()) {

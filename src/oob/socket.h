@@ -9,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "src/base/config.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 
 namespace coll {
+
+// Which interfaces to use; set, it also decides where the bootstrap listens.
+extern const StringKnob kSocketIfname;  // COLL_SOCKET_IFNAME
 
 struct SocketAddress {
   sockaddr_storage storage{};

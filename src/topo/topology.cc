@@ -12,6 +12,10 @@
 
 namespace coll {
 
+const StringKnob kHostId("COLL_HOSTID", "",
+                         "Overrides host identity (default: hostname + boot id + network namespace).",
+                         {KnobSection::Bootstrap, 100});
+
 int32_t Topology::localRank() const {
   auto it = std::lower_bound(localRanks.begin(), localRanks.end(), rank);
   return static_cast<int32_t>(it - localRanks.begin());
@@ -72,7 +76,7 @@ Topology Topology::uniform(int32_t rank, int32_t nranks, int32_t ranksPerHost) {
 }
 
 std::string localHostIdentity() {
-  std::string override = knobString("COLL_HOSTID");
+  std::string override = kHostId.get();
   if (!override.empty()) return override;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);

@@ -13,6 +13,29 @@
 
 namespace coll {
 
+const StringKnob kIbHca("COLL_IB_HCA", "",
+                        "RDMA ports for the ib transport, NCCL syntax: mlx5_0:1,mlx5_1 (name prefixes, optional port), ^ to exclude, = for exact names. Unset: the first active port.",
+                        {KnobSection::Transports, 80});
+const IntKnob kIbGidIndex("COLL_IB_GID_INDEX", "-1",
+                          "RoCE GID table index. -1: automatic, preferring RoCE v2 with an IPv4-mapped address.",
+                          {KnobSection::Transports, 90});
+const IntKnob kIbQpsPerConnection("COLL_IB_QPS_PER_CONNECTION", "2",
+                                  "RC queue pairs per ib connection (1-16); chunks of the stream are striped over them.",
+                                  {KnobSection::Transports, 100});
+const IntKnob kIbTrafficClass("COLL_IB_TC", "0",
+                              "Traffic class of ib connections (RoCE: DSCP << 2).",
+                              {KnobSection::Transports, 110});
+const IntKnob kIbServiceLevel("COLL_IB_SL", "0", "Service level of ib connections.", {KnobSection::Transports, 120});
+const IntKnob kIbTimeout("COLL_IB_TIMEOUT", "20",
+                         "ib ACK timeout: the HCA retransmits after 4.096 us * 2^value (0-31).",
+                         {KnobSection::Transports, 130});
+const IntKnob kIbRetryCount("COLL_IB_RETRY_CNT", "7",
+                            "ib retransmissions before a write fails with retry exceeded (0-7).",
+                            {KnobSection::Transports, 140});
+const BytesKnob kIbStagingBytes("COLL_IB_STAGING_BYTES", "4M",
+                                "Send and receive ring per ib connection (registered memory, rounded up to a power of two, at least 4K).",
+                                {KnobSection::Transports, 150});
+
 namespace {
 
 bool readable(int fd) {
@@ -163,14 +186,14 @@ Status parseIbHcaList(const std::string& text, IbHcaFilter* out) {
 
 IbOptions ibOptionsFromConfig() {
   IbOptions o;
-  o.hca = knobString("COLL_IB_HCA");
-  o.gidIndex = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_GID_INDEX"), -1, 1 << 20));
-  o.qps = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_QPS_PER_CONNECTION"), 1, kIbMaxQps));
-  o.trafficClass = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_TC"), 0, 255));
-  o.serviceLevel = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_SL"), 0, 15));
-  o.timeout = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_TIMEOUT"), 0, 31));
-  o.retryCount = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_IB_RETRY_CNT"), 0, 7));
-  o.ringBytes = knobBytes("COLL_IB_STAGING_BYTES");
+  o.hca = kIbHca.get();
+  o.gidIndex = static_cast<int>(std::clamp<int64_t>(kIbGidIndex.get(), -1, 1 << 20));
+  o.qps = static_cast<int>(std::clamp<int64_t>(kIbQpsPerConnection.get(), 1, kIbMaxQps));
+  o.trafficClass = static_cast<int>(std::clamp<int64_t>(kIbTrafficClass.get(), 0, 255));
+  o.serviceLevel = static_cast<int>(std::clamp<int64_t>(kIbServiceLevel.get(), 0, 15));
+  o.timeout = static_cast<int>(std::clamp<int64_t>(kIbTimeout.get(), 0, 31));
+  o.retryCount = static_cast<int>(std::clamp<int64_t>(kIbRetryCount.get(), 0, 7));
+  o.ringBytes = kIbStagingBytes.get();
   return o;
 }
 

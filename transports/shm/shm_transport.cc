@@ -28,6 +28,13 @@
 
 namespace coll {
 
+const BytesKnob kShmFifoBytes("COLL_SHM_FIFO_BYTES", "2M",
+                              "Shared-memory FIFO per ordered pair of ranks on a host.",
+                              {KnobSection::Transports, 210});
+const BytesKnob kShmWindowBytes("COLL_SHM_WINDOW_BYTES", "8M",
+                                "Shared window per rank for the direct algorithm (two halves, alternated per call).",
+                                {KnobSection::Transports, 220});
+
 namespace {
 
 constexpr uint64_t kMagic = 0x636f6c6c53484d31ull;  // "collSHM1"
@@ -231,8 +238,8 @@ int openPidfd(pid_t pid) {
 
 ShmOptions shmOptionsFromConfig() {
   ShmOptions o;
-  o.fifoBytes = std::max<uint64_t>(roundUp(knobBytes("COLL_SHM_FIFO_BYTES"), kLine), 4096);
-  o.windowHalfBytes = roundUp(knobBytes("COLL_SHM_WINDOW_BYTES") / 2, kLine);
+  o.fifoBytes = std::max<uint64_t>(roundUp(kShmFifoBytes.get(), kLine), 4096);
+  o.windowHalfBytes = roundUp(kShmWindowBytes.get() / 2, kLine);
   o.publishSlots = 64;
   return o;
 }

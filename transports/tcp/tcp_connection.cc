@@ -17,6 +17,16 @@
 
 namespace coll {
 
+const IntKnob kNsocksPerPeer("COLL_NSOCKS_PERPEER", "2",
+                             "TCP streams per peer connection; large transfers are striped over them.",
+                             {KnobSection::Transports, 50});
+const BytesKnob kSocketBufferBytes("COLL_SOCKET_BUFFSIZE", "4M",
+                                   "SO_SNDBUF / SO_RCVBUF of data sockets (0 = kernel default).",
+                                   {KnobSection::Transports, 60});
+const BytesKnob kTcpStagingBytes("COLL_TCP_STAGING_BYTES", "1M",
+                                 "Send and receive staging ring per TCP connection (small enough that received slices are reduced while still in cache).",
+                                 {KnobSection::Transports, 70});
+
 namespace {
 
 constexpr uint64_t kMaxStripe = 512ull << 10;
@@ -37,9 +47,9 @@ bool isPow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 TcpOptions tcpOptionsFromConfig() {
   TcpOptions o;
-  o.streams = static_cast<int>(std::clamp<int64_t>(knobInt("COLL_NSOCKS_PERPEER"), 1, kTcpMaxStreams));
-  o.socketBufferBytes = static_cast<int>(std::min<uint64_t>(knobBytes("COLL_SOCKET_BUFFSIZE"), INT_MAX / 2));
-  o.stagingBytes = std::clamp<uint64_t>(roundUp(knobBytes("COLL_TCP_STAGING_BYTES"), 64), 4096, kMaxStaging);
+  o.streams = static_cast<int>(std::clamp<int64_t>(kNsocksPerPeer.get(), 1, kTcpMaxStreams));
+  o.socketBufferBytes = static_cast<int>(std::min<uint64_t>(kSocketBufferBytes.get(), INT_MAX / 2));
+  o.stagingBytes = std::clamp<uint64_t>(roundUp(kTcpStagingBytes.get(), 64), 4096, kMaxStaging);
   // At least two stripes per stream in the ring, so a socket has the next stripe to fill while
   // the consumer drains the previous one.
   uint64_t perStream = o.stagingBytes / (2 * static_cast<uint64_t>(o.streams));

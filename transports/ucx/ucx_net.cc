@@ -22,6 +22,22 @@
 
 namespace coll {
 
+const StringKnob kUcxTls("COLL_UCX_TLS", "",
+                         "UCX transports for the ucx transport, passed to UCX as UCX_TLS (e.g. tcp, sm, rc,ud; ^ excludes). Unset: UCX_TLS from the environment, else all.",
+                         {KnobSection::Transports, 160});
+const BytesKnob kUcxRingBytes("COLL_UCX_RING_BYTES", "4M",
+                              "Send and receive ring per UCX connection; a sender never has more than this unconsumed at the receiver.",
+                              {KnobSection::Transports, 170});
+const BytesKnob kUcxMessageBytes("COLL_UCX_MESSAGE_BYTES", "1M",
+                                 "Largest UCX message the ring is cut into: bytes become visible to the receiver a whole message at a time, so smaller ones stream better; UCX sends large ones by rendezvous (zero-copy where it can).",
+                                 {KnobSection::Transports, 180});
+const StringKnob kUcxProtocol("COLL_UCX_PROTOCOL", "auto",
+                              "How UCX sends ring messages: eager (copied through UCX's buffers), rndv (rendezvous: zero-copy, a handshake per message) or auto (UCX chooses by size).",
+                              {KnobSection::Transports, 190});
+const StringKnob kUcxConfig("COLL_UCX_CONFIG", "TX_SEG_SIZE=2M;RX_SEG_SIZE=2M;SNDBUF=4M;RCVBUF=4M",
+                            "UCX settings for the ucx transport's context, NAME=VALUE;... as UCX's ucp_config_modify takes them (UCX_ and a transport's prefix dropped: TX_SEG_SIZE sets UCX_TCP_TX_SEG_SIZE); they take precedence over UCX_* variables. The default gives UCX's tcp segments larger than a ring message (COLL_UCX_MESSAGE_BYTES), so a message travels in one segment instead of being reassembled in a buffer UCX allocates per message (the allocations went to mmap/munmap and halved the bandwidth), and larger socket buffers; none: UCX's own defaults.",
+                            {KnobSection::Transports, 200});
+
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x636f5543u;  // "coUC"
@@ -149,12 +165,12 @@ void ucxParkForever(const void* p) {
 
 UcxOptions ucxOptionsFromConfig() {
   UcxOptions o;
-  o.tls = knobString("COLL_UCX_TLS");
-  o.ringBytes = std::clamp<uint64_t>(roundUp(knobBytes("COLL_UCX_RING_BYTES"), 64), kMinRing, kMaxRing);
-  o.messageBytes = std::clamp<uint64_t>(knobBytes("COLL_UCX_MESSAGE_BYTES"), 64, o.ringBytes);
-  o.protocol = knobString("COLL_UCX_PROTOCOL");
-  o.config = knobString("COLL_UCX_CONFIG");
-  o.configIsDefault = !knobRaw("COLL_UCX_CONFIG").has_value();
+  o.tls = kUcxTls.get();
+  o.ringBytes = std::clamp<uint64_t>(roundUp(kUcxRingBytes.get(), 64), kMinRing, kMaxRing);
+  o.messageBytes = std::clamp<uint64_t>(kUcxMessageBytes.get(), 64, o.ringBytes);
+  o.protocol = kUcxProtocol.get();
+  o.config = kUcxConfig.get();
+  o.configIsDefault = !kUcxConfig.raw().has_value();
   return o;
 }
 

@@ -1,6 +1,8 @@
-// Communicator fault tolerance (see failure.h and docs/ARCHITECTURE.md, "Failure detection and
-// propagation"): recording and spreading failed ranks, the wait-for chain on a timeout, revocation,
-// and dumps of what this rank is doing (collCommDump, SIGUSR1).
+// A communicator's fault tolerance (see failure_manager.h): recording and spreading failed ranks,
+// the wait-for chain on a timeout, revocation, and dumps of what this rank is doing (collCommDump,
+// SIGUSR1).
+#include "src/comm/failure_manager.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,14 +15,16 @@
 #include <set>
 #include <thread>
 
-#include "src/comm/comm.h"
 #include "src/base/config.h"
-#include "src/comm/lanes.h"
 #include "src/base/log.h"
 #include "src/plan/planner.h"
 #include "transports/net.h"
 
 namespace coll {
+
+const BoolKnob kDumpOnSignal("COLL_DUMP_ON_SIGNAL", "0",
+                             "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the operation, its pending steps and the peers it waits for.",
+                             {KnobSection::PlannerExecutor, 140});
 
 namespace {
 
@@ -31,8 +35,8 @@ int64_t nowNs() {
 // ---- live communicators, for the SIGUSR1 dump -------------------------------------------------
 
 std::mutex gLiveMu;
-std::set<Comm*>& liveComms() {
-  static auto* comms = new std::set<Comm*>();  // never destroyed: safe at exit
+std::set<FailureManager*>& liveComms() {
+  static auto* comms = new std::set<FailureManager*>();  // never destroyed: safe at exit
   return *comms;
 }
 
@@ -53,13 +57,13 @@ void dumpThread() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     std::lock_guard<std::mutex> lock(gLiveMu);
-    for (Comm* c : liveComms()) c->dump("SIGUSR1");
+    for (FailureManager* c : liveComms()) c->dump("SIGUSR1");
   }
 }
 
 // COLL_DUMP_ON_SIGNAL=1: installs the handler and its thread once per process.
 void maybeInstallDumpSignal() {
-  if (!knobBool("COLL_DUMP_ON_SIGNAL")) return;
+  if (!kDumpOnSignal.get()) return;
   static std::once_flag once;
   std::call_once(once, [] {
     if (::pipe2(gSignalPipe, O_CLOEXEC) != 0) {
@@ -83,15 +87,24 @@ void maybeInstallDumpSignal() {
 constexpr size_t kNotifyThreads = 16;  // notices in flight at once
 constexpr int kNoticeGraceMs = 100;     // how long a rank about to blame a peer waits for a notice
 
-int Comm::controlTimeoutMs() const { return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000)); }
+int FailureManager::controlTimeoutMs() const { return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000)); }
 
-std::string Comm::hostOf(int peer) const {
+std::string FailureManager::hostOf(int peer) const {
   if (!bootstrap_ || peer < 0 || peer >= bootstrap_->nranks()) return std::string();
   const PeerInfo& p = bootstrap_->peer(peer);
   return hostOfAddress(p.address.toString()) + ", pid " + std::to_string(p.pid);
 }
 
-void Comm::startFailureHandling() {
+void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::string& name,
+                           FailureManager* laneParent, LaneFailureHooks* lanes) {
+  bootstrap_ = bootstrap;
+  rank_ = bootstrap->rank();
+  nranks_ = bootstrap->nranks();
+  timeoutMs_ = timeoutMs;
+  name_ = name;
+  laneParent_ = laneParent;
+  lanes_ = lanes;
+  started_ = true;
   bootstrap_->setControlHandler([this](int from, uint32_t tag, const std::vector<uint8_t>& payload) {
     return onControl(from, tag, payload);
   });
@@ -103,7 +116,9 @@ void Comm::startFailureHandling() {
   maybeInstallDumpSignal();
 }
 
-void Comm::stopFailureHandling() {
+void FailureManager::stop() {
+  if (!started_) return;
+  started_ = false;
   {
     std::lock_guard<std::mutex> lock(gLiveMu);
     liveComms().erase(this);
@@ -119,14 +134,14 @@ void Comm::stopFailureHandling() {
   if (notifier_.joinable()) notifier_.join();
 }
 
-void Comm::notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject) {
+void FailureManager::notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject) {
   std::lock_guard<std::mutex> lock(notifyMu_);
   if (notifyStop_) return;
   notifyQueue_.push_back(Notice{tag, std::move(payload), ++noticesQueued_, subject});
   notifyCv_.notify_all();
 }
 
-void Comm::notifyLoop() {
+void FailureManager::notifyLoop() {
   for (;;) {
     Notice notice;
     {
@@ -169,7 +184,22 @@ void Comm::notifyLoop() {
   }
 }
 
-bool Comm::recordFailure(int peer, const std::string& reason, int reportedBy, bool propagate) {
+void FailureManager::fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    collResult_t expected = collSuccess;
+    if (asyncError_.compare_exchange_strong(expected, status.code())) failureMessage_ = status.message();
+  }
+  if (laneParent_ != nullptr) {
+    // A lane's failure is the communicator's. The failed peers go first: a caller that sees the
+    // communicator failed must find them in collCommGetFailedRanks (the lane records a peer
+    // before it forwards it, and its failed call can return in between).
+    for (const FailedPeer& f : failures_.peers()) (void)laneParent_->recordFailure(f.rank, f.reason, f.reportedBy, false);
+    laneParent_->fail(status);
+  }
+}
+
+bool FailureManager::recordFailure(int peer, const std::string& reason, int reportedBy, bool propagate) {
   FailedPeer f;
   f.rank = peer;
   f.host = hostOf(peer);
@@ -181,11 +211,11 @@ bool Comm::recordFailure(int peer, const std::string& reason, int reportedBy, bo
   COLL_WARN(rank(), "%s", text.c_str());
   fail(Status(collRemoteError, text));
   if (propagate) notifyAll(kCtlTagFailed, encodeFailed(FailedMessage{peer, f.reason}), peer);
-  forwardFailure(peer, f.reason, reportedBy);
+  if (lanes_ != nullptr) lanes_->forwardFailure(peer, f.reason, reportedBy);
   return true;
 }
 
-std::vector<uint8_t> Comm::onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload) {
+std::vector<uint8_t> FailureManager::onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload) {
   switch (tag) {
     case kCtlTagFailed: {
       FailedMessage m;
@@ -222,7 +252,7 @@ std::vector<uint8_t> Comm::onControl(int from, uint32_t tag, const std::vector<u
       a.idleMs = since > 0 ? static_cast<uint32_t>(std::clamp<int64_t>((nowNs() - since) / 1000000, 0, UINT32_MAX)) : 0;
       FailedPeer f;
       if (failures_.first(&f)) a.failedRank = f.rank;
-      if (!a.running) answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
+      if (!a.running && lanes_ != nullptr) lanes_->answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
       std::vector<uint8_t> out(kWaitForWire);
       encodeWaitFor(a, out.data());
       return out;
@@ -232,7 +262,7 @@ std::vector<uint8_t> Comm::onControl(int from, uint32_t tag, const std::vector<u
   }
 }
 
-Status Comm::checkUsable() {
+Status FailureManager::checkUsable() {
   if (failures_.interrupted()) {
     Status why = failures_.interruption(rank());
     if (!why.ok()) return why.withContext("the communicator cannot be used (abort, destroy or shrink it)");
@@ -245,52 +275,35 @@ Status Comm::checkUsable() {
   return okStatus();
 }
 
-void Comm::publishOp(const char* what, uint64_t count, int dtype) {
+void FailureManager::publishOp(const char* what, uint64_t count, int dtype, uint64_t seq) {
   snapshot_.what.store(what, std::memory_order_relaxed);
   snapshot_.count.store(count, std::memory_order_relaxed);
   snapshot_.dtype.store(dtype, std::memory_order_relaxed);
-  snapshot_.seq.store(seq_, std::memory_order_relaxed);
+  snapshot_.seq.store(seq, std::memory_order_relaxed);
   snapshot_.running.store(true, std::memory_order_release);
 }
 
-Status Comm::runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers,
-                          const char* what, uint64_t count, int dtype) {
-  struct NetCall {
-    NetTransport* net;
-    explicit NetCall(NetTransport* n) : net(n) {
-      if (net != nullptr) net->enterCall();
-    }
-    ~NetCall() {
-      if (net != nullptr) net->leaveCall();
-    }
-  } netCall(net_.get());
-  COLL_TRY(execution.start(schedule, buffers, *this, seq_));
-  publishOp(what, count, dtype);
-  Status st = runToCompletion(execution, *this, callDeadline(), waitPolicy_, &snapshot_);
-  // The snapshot keeps saying "in this call, waiting for P" while the error is analysed: peers
-  // following their own wait-for chains must not take this rank for the culprit meanwhile.
-  if (!st.ok()) st = diagnose(st, execution);
+void FailureManager::publishIdle() {
   snapshot_.running.store(false, std::memory_order_release);
   snapshot_.idleSinceNs.store(0, std::memory_order_relaxed);
   snapshot_.waitPeer.store(-1, std::memory_order_relaxed);
   snapshot_.step.store(-1, std::memory_order_relaxed);
-  return st;
 }
 
-Status Comm::consequence(const Status& st) {
+Status FailureManager::consequence(const Status& st) {
   Status why = failures_.interruption(rank());
   if (why.ok()) return st;
   if (st.message() == why.message()) return st;
   return Status(why.code(), why.message() + "\n  (this rank saw: " + st.message() + ")");
 }
 
-bool Comm::awaitNotice() {
+bool FailureManager::awaitNotice() {
   const Deadline grace = Deadline::afterMs(kNoticeGraceMs);
   while (!failures_.interrupted() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return failures_.interrupted();
 }
 
-Status Comm::connectFailed(int peer, const Status& st) {
+Status FailureManager::connectFailed(int peer, const Status& st) {
   if (aborted_.load()) return st;
   if (failures_.interrupted()) return consequence(st);
   if (st.code() == collRemoteError || st.code() == collSystemError || st.code() == collTimeout) {
@@ -300,7 +313,7 @@ Status Comm::connectFailed(int peer, const Status& st) {
   return st;
 }
 
-Status Comm::diagnose(const Status& st, const Execution& execution) {
+Status FailureManager::diagnose(const Status& st, const Execution& execution) {
   if (aborted_.load()) return st;
   if (failures_.interrupted()) return consequence(st);
   const int peer = execution.failedPeer();
@@ -343,7 +356,7 @@ Status Comm::diagnose(const Status& st, const Execution& execution) {
   return st;
 }
 
-void Comm::followWaitChain(int first, uint64_t mySeq, int* culprit, std::string* reason, std::string* cycle) {
+void FailureManager::followWaitChain(int first, uint64_t mySeq, int* culprit, std::string* reason, std::string* cycle) {
   std::vector<int> path{rank()};
   int cur = first;
   const int ms = controlTimeoutMs();
@@ -391,7 +404,7 @@ void Comm::followWaitChain(int first, uint64_t mySeq, int* culprit, std::string*
   }
 }
 
-void Comm::dump(const char* why) {
+void FailureManager::dump(const char* why) {
   const bool running = snapshot_.running.load(std::memory_order_acquire);
   const char* what = snapshot_.what.load(std::memory_order_relaxed);
   const uint64_t count = snapshot_.count.load(std::memory_order_relaxed);
@@ -433,7 +446,7 @@ void Comm::dump(const char* why) {
             revokedBy >= 0 ? (" revoked by rank " + std::to_string(revokedBy)).c_str() : "");
 }
 
-Status Comm::revoke() {
+Status FailureManager::revoke() {
   if (!failures_.revoke(rank())) return okStatus();
   COLL_WARN(rank(), "revoking the communicator (collCommRevoke)");
   fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(rank())));

@@ -1,0 +1,187 @@
+// A communicator's planner inputs and plan cache (see plan_cache.h).
+#include "src/comm/plan_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "algorithms/algorithms.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+
+namespace coll {
+
+const StringKnob kAlgo("COLL_ALGO", "",
+                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: ring, direct, tree, recdoubling, rabenseifner, torus, hier, bruck, pairwise, linear, dissemination. A filter that leaves a collective nothing that can run is an error at init.",
+                       {KnobSection::PlannerExecutor, 10});
+const StringKnob kTorusDims("COLL_TORUS_DIMS", "",
+                            "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per host x hosts, else the most balanced factorisation).",
+                            {KnobSection::PlannerExecutor, 20});
+const IntKnob kLinkNicsPerHost("COLL_LINK_NICS_PER_HOST", "1",
+                               "Planner: network links per host that inter-host traffic spreads over (local rank i uses link i*N/ranks-on-host). 1 (default): one link shared by all of a host's ranks, as on an emulated cluster; 0: one per rank (a NIC per GPU, as real GPU clusters).",
+                               {KnobSection::PlannerExecutor, 80});
+const BytesKnob kDirectMaxBytes("COLL_DIRECT_MAX_BYTES", "",
+                                "Largest message the planner sends through the direct algorithm (default: what fits in a window half).",
+                                {KnobSection::PlannerExecutor, 100});
+
+Status PlanCache::checkAlgoKnob(const Topology& topo, bool haveWindows, uint64_t windowHalfBytes) {
+  PlannerInputs early;
+  early.topo = &topo;
+  early.haveWindows = haveWindows;
+  early.windowHalfBytes = windowHalfBytes;
+  early.forcedAlgo = kAlgo.get();
+  early.torusDims = kTorusDims.get();
+  finalizePlannerInputs(&early);
+  return checkForcedAlgo(early);
+}
+
+Status PlanCache::setInputs(bool haveWindows, uint64_t windowHalfBytes) {
+  PlannerInputs& in = plannerInputs_;
+  in.topo = &topo_;
+  in.haveWindows = haveWindows;
+  in.windowHalfBytes = windowHalfBytes;
+  in.forcedAlgo = kAlgo.get();
+  in.torusDims = kTorusDims.get();
+  in.directMaxBytes = kDirectMaxBytes.get();
+  // An explicit COLL_SLICE_BYTES is the user's chunk: the planner keeps it.
+  in.sliceBytes = kSliceBytes.raw() ? kSliceBytes.get() : 0;
+  const int64_t nics = kLinkNicsPerHost.get();
+  if (nics < 0 || nics > 65536) {
+    return makeError(collInvalidUsage, "COLL_LINK_NICS_PER_HOST=%lld: want 0 (one NIC per rank) or a count of NICs per host",
+                     static_cast<long long>(nics));
+  }
+  in.nicsPerHost = static_cast<int32_t>(nics);
+  finalizePlannerInputs(&in);
+  COLL_TRY(checkForcedAlgo(in));
+  if (!in.torusDims.empty() && !in.shape.torusOk && rank() == 0) {
+    COLL_WARN(rank(), "COLL_TORUS_DIMS=%s: %s; the planner will not use torus", in.torusDims.c_str(),
+              in.shape.torusProblem.c_str());
+  }
+  return okStatus();
+}
+
+Status PlanCache::choosePlan(const CollArgs& args, PlanChoice* out) {
+  for (const ChoiceEntry& e : choices_) {
+    if (e.kind == args.kind && e.count == args.count && e.dtype == args.dtype && e.op == args.op &&
+        e.root == args.root) {
+      *out = e.choice;
+      return okStatus();
+    }
+  }
+  COLL_TRY(planCollective(plannerInputs_, args, out));
+  ChoiceEntry entry{args.kind, args.count, args.dtype, args.op, args.root, *out};
+  if (choices_.size() < kMaxChoices) {
+    choices_.push_back(entry);
+  } else {
+    choices_[nextChoice_] = entry;
+    nextChoice_ = (nextChoice_ + 1) % kMaxChoices;
+  }
+  return okStatus();
+}
+
+PlanCache::PlanEntry& PlanCache::planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) {
+  const PlanKey key = planKeyOf(args, choice);
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->key == key) {
+      if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front();
+    }
+  }
+  if (plans_.size() >= kMaxPlans) {
+    // Reuse the least recently used entry's storage.
+    plans_.splice(plans_.begin(), plans_, std::prev(plans_.end()));
+  } else {
+    plans_.emplace_front();
+  }
+  PlanEntry& entry = plans_.front();
+  entry.key = key;
+  entry.schedule.clear();
+  buildPlan(args, choice, &entry.schedule);
+  if (rank() == 0 && logEnabled(LogLevel::Info)) logPlan(args, choice, callCount);
+  return entry;
+}
+
+void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t callCount) const {
+  std::string others;
+  for (int i = 0; i < choice.ncandidates; ++i) {
+    const Candidate& c = choice.candidates[i];
+    char buf[160];
+    snprintf(buf, sizeof(buf), "%s%s %.1f", others.empty() ? "" : ", ",
+             describeChoice(c.algo, c.options, 0).c_str(), c.seconds * 1e6);
+    others += buf;
+  }
+  // A call run in rounds is logged under its own count (the one the user passed), with the round's.
+  char rounds[64] = "";
+  if (callCount > args.count) {
+    snprintf(rounds, sizeof(rounds), ", in rounds (this one %llu)", static_cast<unsigned long long>(args.count));
+  }
+  COLL_INFO(rank(), "plan %s %llu x %s: %s predicted %.1f us [%s]%s", collKindName(args.kind),
+            static_cast<unsigned long long>(std::max(callCount, args.count)), dataTypeName(args.dtype),
+            describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), choice.predictedSeconds * 1e6,
+            others.c_str(), rounds);
+}
+
+void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
+  const AlgoId algo = choice.algo;
+  if (args.compress.blockSize > 0) {
+    if (algo == AlgoId::Hierarchical) buildHierarchicalCompressedAllReduce(topo_, args, args.compress.blockSize, out);
+    else buildCompressedAllReduce(topo_, args, args.compress.blockSize, out);
+    return;
+  }
+  switch (args.kind) {
+    case CollKind::AllReduce:
+      switch (algo) {
+        case AlgoId::Direct: {
+          DirectOptions options;
+          options.windowHalfBytes = plannerInputs_.windowHalfBytes;
+          options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
+          buildDirectAllReduce(topo_, args, options, out);
+          break;
+        }
+        case AlgoId::Tree: buildDoubleBinaryTreeAllReduce(topo_, args, out); break;
+        case AlgoId::RecursiveDoubling: buildRecursiveDoublingAllReduce(topo_, args, out); break;
+        case AlgoId::Rabenseifner: buildRabenseifnerAllReduce(topo_, args, out); break;
+        case AlgoId::Torus: buildTorusAllReduce(topo_, args, choice.options.torus, out); break;
+        case AlgoId::Hierarchical: buildHierarchicalAllReduce(topo_, args, choice.options, out); break;
+        case AlgoId::TwoShot: buildCompressedAllReduce(topo_, args, args.compress.blockSize, out); break;
+        default: buildRingAllReduce(topo_, args, out, choice.options.channels); break;
+      }
+      break;
+    case CollKind::Broadcast:
+      if (algo == AlgoId::Tree) buildTreeBroadcast(topo_, args, out);
+      else if (algo == AlgoId::Hierarchical) buildHierarchicalBroadcast(topo_, args, out);
+      else buildRingBroadcast(topo_, args, out);
+      break;
+    case CollKind::Reduce:
+      if (algo == AlgoId::Tree) buildTreeReduce(topo_, args, out);
+      else buildRingReduce(topo_, args, out);
+      break;
+    case CollKind::AllGather:
+      if (algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
+      else if (algo == AlgoId::Hierarchical) buildHierarchicalAllGather(topo_, args, out);
+      else if (algo == AlgoId::Direct) buildDirectAllGather(topo_, args, DirectOptions{plannerInputs_.windowHalfBytes, 0}, out);
+      else buildRingAllGather(topo_, args, out);
+      break;
+    case CollKind::ReduceScatter:
+      if (algo == AlgoId::Hierarchical) {
+        buildHierarchicalReduceScatter(topo_, args, out);
+      } else if (algo == AlgoId::Direct) {
+        DirectOptions options;
+        options.windowHalfBytes = plannerInputs_.windowHalfBytes;
+        buildDirectReduceScatter(topo_, args, options, out);
+      } else {
+        buildRingReduceScatter(topo_, args, out);
+      }
+      break;
+    case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); break;
+    case CollKind::Gather: buildLinearGather(topo_, args, out); break;
+    case CollKind::Scatter: buildLinearScatter(topo_, args, out); break;
+    case CollKind::Barrier: buildDisseminationBarrier(topo_, out); break;
+    case CollKind::Send:
+    case CollKind::Recv:
+      return;  // point-to-point calls go through pointToPoint()
+  }
+  if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
+}
+
+}  // namespace coll

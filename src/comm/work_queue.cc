@@ -1,0 +1,66 @@
+// The progress thread of a communicator's stream-ordered work (see work_queue.h).
+#include "src/comm/work_queue.h"
+
+#include "src/base/deadline.h"
+#include "src/base/log.h"
+
+namespace coll {
+
+Status WorkQueue::enqueue(CommWork work) {
+  std::lock_guard<std::mutex> lock(queueMu_);
+  if (aborted_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
+  if (!progressThread_.joinable()) {
+    progressThread_ = std::thread([this] { progressLoop(); });
+    threaded_.store(true, std::memory_order_release);
+  }
+  queue_.push_back(std::move(work));
+  queueCv_.notify_one();
+  return okStatus();
+}
+
+Status WorkQueue::runNow(CommWork work) {
+  if (!threaded_.load(std::memory_order_acquire)) return execute_(work);
+  // A private stream carries the completion of this one piece of work.
+  auto done = std::make_shared<HostStream>();
+  work.stream = done;
+  work.ticket = done->enqueue();
+  COLL_TRY(enqueue(std::move(work)));
+  return done->synchronize(Deadline::afterMs(timeoutMs_ * 2));
+}
+
+void WorkQueue::abort() {
+  std::lock_guard<std::mutex> lock(queueMu_);
+  for (CommWork& w : queue_) {
+    if (w.stream) w.stream->complete(w.ticket, Status(collRemoteError, "the communicator was aborted"));
+  }
+  queue_.clear();
+}
+
+void WorkQueue::progressLoop() {
+  for (;;) {
+    CommWork work;
+    {
+      std::unique_lock<std::mutex> lock(queueMu_);
+      queueCv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status status;
+    if (work.stream) status = work.stream->waitTurn(work.ticket, Deadline::afterMs(timeoutMs_));
+    if (status.ok()) status = execute_(work);
+    if (!status.ok()) COLL_WARN(rank_, "stream-ordered work failed: %s", status.message().c_str());
+    if (work.stream) work.stream->complete(work.ticket, status);
+  }
+}
+
+void WorkQueue::stop() {
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    stopping_ = true;
+    queueCv_.notify_all();
+  }
+  if (progressThread_.joinable()) progressThread_.join();
+}
+
+}  // namespace coll
