@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "src/base/align.h"
 #include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 
@@ -45,12 +46,6 @@ uint32_t log2Ceil(uint64_t v) {
   uint32_t l = 0;
   while ((uint64_t{1} << l) < v) ++l;
   return l;
-}
-
-uint64_t floorPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p * 2 <= v) p *= 2;
-  return p;
 }
 
 uint32_t randomPsn() {

@@ -23,6 +23,7 @@
 #include <new>
 #include <string>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 
@@ -39,8 +40,6 @@ constexpr int kMaxPublishSlots = 4096;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "the futex word must be lock-free");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex word layout");
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the word lives in MAP_SHARED memory used by several processes.

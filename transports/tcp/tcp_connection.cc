@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/tcp/tcp_transport.h"
@@ -22,16 +23,6 @@ namespace {
 constexpr uint64_t kMaxStripe = 512ull << 10;
 constexpr uint64_t kMinStripe = 64;
 constexpr uint64_t kMaxStaging = 1ull << 32;
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
-
-uint64_t floorPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p * 2 <= v) p *= 2;
-  return p;
-}
-
-bool isPow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "src/base/align.h"
 #include "src/base/log.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -16,8 +17,6 @@ namespace coll {
 namespace {
 
 constexpr int kTeardownMs = 2000;
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
