@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "src/base/align.h"
+
 namespace coll {
 
 namespace {
 
 constexpr uint64_t kAlign = 64;
-
-uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 

@@ -6,13 +6,12 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
+#include "src/base/align.h"
 #include "src/kernels/quantize.h"
 
 namespace coll {
 
 namespace {
-
-uint64_t roundUp(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
 // A phase's own scratch, after everything the schedule already uses.
 uint64_t takeScratch(Schedule* s, uint64_t bytes) {

@@ -37,7 +37,8 @@ class Connection {
   // Contiguous space the caller may write now (empty when the peer has not drained enough), and
   // the commit of the first `bytes` of it. Buffers are multiples of 64 bytes, so when the stream
   // position is a multiple of 8 the space is too: the executor pads every step's start to 8 bytes
-  // (both sides alike), so no element straddles the end of a ring buffer.
+  // (both sides alike), so no element straddles the end of a ring buffer (StreamRing in
+  // stream_ring.h keeps this alignment rule for every ring).
   virtual std::span<std::byte> sendSpace() = 0;
   virtual void sendCommit(size_t bytes) = 0;
 

@@ -15,6 +15,7 @@
 #include "src/base/log.h"
 #include "src/kernels/quantize.h"
 #include "src/kernels/reduce.h"
+#include "transports/stream_ring.h"
 
 namespace coll {
 
@@ -380,10 +381,10 @@ bool Execution::recordProgress(int32_t index, uint64_t done) {
 }
 
 bool Execution::alignStream(int32_t index, Connection* c, bool sending, bool* moved) {
-  // The step's first element starts at a multiple of 8 in the stream: the sender pads, the
+  // The step's first element starts at an aligned stream position: the sender pads, the
   // receiver skips the same bytes (both know the stream position), so no element straddles
-  // the end of a ring.
-  size_t pad = (8 - (sending ? c->sentBytes() : c->receivedBytes()) % 8) % 8;
+  // the end of a ring (StreamRing's alignment rule).
+  size_t pad = StreamRing::paddingTo(sending ? c->sentBytes() : c->receivedBytes());
   while (pad > 0) {
     size_t k = std::min(pad, sending ? c->sendSpace().size() : c->recvData().size());
     if (k == 0) return false;

@@ -7,15 +7,13 @@
 
 namespace coll {
 
-MemoryRing::MemoryRing(size_t cap) : capacity((std::max<size_t>(cap, 64) + 63) / 64 * 64),
-                                     data(new std::byte[capacity]) {}
+MemoryRing::MemoryRing(size_t bytes)
+    : ring(StreamRing::capacityFor(bytes)), data(new std::byte[ring.capacity()]) {}
 
 std::span<std::byte> MemoryConnection::sendSpace() {
-  uint64_t head = out_->head.load(std::memory_order_relaxed);
-  uint64_t tail = out_->tail.load(std::memory_order_acquire);
-  size_t free = out_->capacity - static_cast<size_t>(head - tail);
-  size_t at = static_cast<size_t>(head % out_->capacity);
-  return {out_->data.get() + at, std::min(free, out_->capacity - at)};
+  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  const uint64_t tail = out_->tail.load(std::memory_order_acquire);
+  return {out_->data.get() + out_->ring.offset(head), out_->ring.writable(head, tail)};
 }
 
 void MemoryConnection::sendCommit(size_t bytes) {
@@ -35,11 +33,9 @@ size_t MemoryConnection::sendDirect(const std::byte* src, size_t bytes, size_t g
 }
 
 std::span<const std::byte> MemoryConnection::recvData() {
-  uint64_t tail = in_->tail.load(std::memory_order_relaxed);
-  uint64_t head = in_->head.load(std::memory_order_acquire);
-  size_t avail = static_cast<size_t>(head - tail);
-  size_t at = static_cast<size_t>(tail % in_->capacity);
-  return {in_->data.get() + at, std::min(avail, in_->capacity - at)};
+  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  const uint64_t head = in_->head.load(std::memory_order_acquire);
+  return {in_->data.get() + in_->ring.offset(tail), in_->ring.readable(tail, head)};
 }
 
 void MemoryConnection::recvConsume(size_t bytes) {

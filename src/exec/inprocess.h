@@ -13,14 +13,16 @@
 #include "src/exec/executor.h"
 #include "src/schedule/schedule.h"
 #include "src/topo/topology.h"
+#include "transports/stream_ring.h"
 #include "transports/transport.h"
 
 namespace coll {
 
 // One direction of a MemoryConnection: a single-producer single-consumer byte ring.
 struct MemoryRing {
-  explicit MemoryRing(size_t capacity);
-  size_t capacity;
+  // At least `bytes`, rounded up to a capacity the alignment rule allows.
+  explicit MemoryRing(size_t bytes);
+  StreamRing ring;
   std::unique_ptr<std::byte[]> data;
   std::atomic<uint64_t> head{0};  // bytes committed by the sender
   std::atomic<uint64_t> tail{0};  // bytes consumed by the receiver

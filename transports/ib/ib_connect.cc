@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "src/base/align.h"
 #include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
 
@@ -45,12 +46,6 @@ uint32_t log2Ceil(uint64_t v) {
   uint32_t l = 0;
   while ((uint64_t{1} << l) < v) ++l;
   return l;
-}
-
-uint64_t floorPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p * 2 <= v) p *= 2;
-  return p;
 }
 
 uint32_t randomPsn() {
@@ -237,8 +232,8 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
   // Both sides compute the same agreement from the two proposals.
   const int agreed = std::min(qps, static_cast<int>(theirs.qps));
   c->nqps_ = agreed;
-  c->ring_ = std::min(ownRing, uint64_t{1} << theirs.ringLog2);
-  c->chunk_ = std::clamp<uint64_t>(floorPow2(c->ring_ / (2 * static_cast<uint64_t>(agreed))), 64, kMaxChunk);
+  c->ring_ = StreamRing(std::min(ownRing, uint64_t{1} << theirs.ringLog2));
+  c->chunk_ = std::clamp<uint64_t>(floorPow2(c->ringBytes() / (2 * static_cast<uint64_t>(agreed))), 64, kMaxChunk);
   c->skip_ = static_cast<uint64_t>(agreed - 1) * c->chunk_;
   c->peerRecvDepth_ = static_cast<int>(theirs.recvDepth);
   c->creditBlockBytes_ = sizeof(uint64_t) * (1 + static_cast<size_t>(agreed));
@@ -303,7 +298,7 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
   }
   device->addConnection(c.get());
   COLL_TRACE(me, "ib connection to rank %d on %s: %d QPs, ring %llu, chunk %llu, inline %u", peer,
-             port.describe().c_str(), agreed, static_cast<unsigned long long>(c->ring_),
+             port.describe().c_str(), agreed, static_cast<unsigned long long>(c->ringBytes()),
              static_cast<unsigned long long>(c->chunk_), c->maxInline_);
   *out = std::move(c);
   return okStatus();

@@ -71,16 +71,11 @@ bool IbConnection::ownsQp(const ibv_qp* qp) const {
 }
 
 std::span<std::byte> IbConnection::sendSpace() {
-  const uint64_t used = committed_ - sendDone_;
-  const uint64_t offset = committed_ & (ring_ - 1);
-  uint64_t n = std::min(ring_ - used, ring_ - offset);
-  if ((committed_ & 7) == 0) n &= ~uint64_t{7};
-  return {sendRing_ + offset, n};
+  return {sendRing_ + ring_.offset(committed_), ring_.writable(committed_, sendDone_)};
 }
 
 std::span<const std::byte> IbConnection::recvData() {
-  const uint64_t offset = consumed_ & (ring_ - 1);
-  return {recvRing_ + offset, std::min(received_ - consumed_, ring_ - offset)};
+  return {recvRing_ + ring_.offset(consumed_), ring_.readable(consumed_, received_)};
 }
 
 void IbConnection::setError(const Status& status) {
@@ -169,7 +164,7 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
     const uint64_t len = ntohl(wc.imm_data);
     const uint64_t pos = Q.recvPos;
     const uint64_t chunkEnd = (pos | (chunk_ - 1)) + 1;
-    if (len == 0 || pos + len > chunkEnd || pos + len > consumed_ + ring_) {
+    if (len == 0 || pos + len > chunkEnd || pos + len > ring_.limit(consumed_)) {
       return protocolError("write length beyond its chunk or credit (length, stream position)", len, pos);
     }
     Q.recvPos = pos + len == chunkEnd ? chunkEnd + skip_ : pos + len;
@@ -264,7 +259,7 @@ Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_
   // so the send queue and the staging ring are always freed by a later completion, and on the
   // write that drains the committed bytes, so sendsFlushed() comes true.
   const bool signaled =
-      forceSignal || Q.unsignaledRun >= signalEvery_ || Q.unsignaledBytes >= ring_ / (4 * nqps_);
+      forceSignal || Q.unsignaledRun >= signalEvery_ || Q.unsignaledBytes >= ring_.capacity() / (4 * nqps_);
   ibv_sge sge{localAddr, length, lkey};
   ibv_send_wr wr{};
   wr.wr_id = (Q.postedWrs << 8) | (withImm ? 0 : kCreditBit) | static_cast<uint64_t>(q);
@@ -298,11 +293,11 @@ Status IbConnection::postData(bool* progressed) {
     const uint64_t chunkIndex = posted_ / chunk_;
     const int q = static_cast<int>(chunkIndex % static_cast<uint64_t>(nqps_));
     Qp& Q = qps_[q];
-    const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, peerConsumed_ + ring_});
+    const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, ring_.limit(peerConsumed_)});
     if (end <= posted_) break;  // the peer's ring is full
     if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
     if (Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_)) break;
-    const uint64_t offset = posted_ & (ring_ - 1);
+    const uint64_t offset = ring_.offset(posted_);
     // The last write a QP gets from the committed bytes is signaled: each QP's completions free
     // only its own writes, and sendsFlushed() needs them all.
     const uint64_t nextOnQp = (end & (chunk_ - 1)) == 0 ? end + skip_ : end;
@@ -330,7 +325,7 @@ Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool 
 Status IbConnection::publishCredits() {
   // Batched: a quarter ring consumed, or half the receives posted here used up. Either way a
   // sender blocked on credit always gets them (it is blocked only once one threshold is crossed).
-  bool due = consumed_ - consumedPublished_ >= ring_ / 4;
+  bool due = consumed_ - consumedPublished_ >= ring_.capacity() / 4;
   const uint64_t recvThreshold = static_cast<uint64_t>(std::max(1, recvDepth_ / 2));
   for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
   if (!due || !closedReason_.ok()) return okStatus();
@@ -409,7 +404,7 @@ Status IbConnection::checkHealth() {
 
 bool IbConnection::creditBlocked() const {
   if (posted_ >= committed_ || !error_.ok()) return false;
-  if (peerConsumed_ + ring_ <= posted_) return true;
+  if (ring_.freeBytes(posted_, peerConsumed_) == 0) return true;
   const Qp& Q = qps_[(posted_ / chunk_) % static_cast<uint64_t>(nqps_)];
   return Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_);
 }

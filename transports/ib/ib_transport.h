@@ -18,6 +18,7 @@
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "transports/ib/verbs_api.h"
+#include "transports/stream_ring.h"
 #include "transports/transport.h"
 
 namespace coll {
@@ -195,7 +196,7 @@ class IbConnection final : public Connection {
   uint64_t flushedBytes() const override { return error_.ok() ? sendDone_ : committed_; }
 
   int qps() const { return nqps_; }
-  uint64_t ringBytes() const { return ring_; }
+  uint64_t ringBytes() const { return ring_.capacity(); }
   uint64_t chunkBytes() const { return chunk_; }
   uint32_t maxInline() const { return maxInline_; }
   uint64_t creditWrites() const { return creditWrites_; }
@@ -268,7 +269,7 @@ class IbConnection final : public Connection {
   uint32_t maxInline_ = 0;
   IbOptions options_;
 
-  uint64_t ring_ = 0;   // R
+  StreamRing ring_;     // R, of both rings at both ends
   uint64_t chunk_ = 0;  // C
   uint64_t skip_ = 0;   // (qps - 1) * C: from the end of a chunk to the QP's next one
   uint64_t ringAlloc_ = 0;      // bytes allocated for each ring (at least ring_)

@@ -23,8 +23,10 @@
 #include <new>
 #include <string>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "transports/stream_ring.h"
 
 namespace coll {
 
@@ -46,8 +48,6 @@ constexpr int kMaxPublishSlots = 4096;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "the futex word must be lock-free");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex word layout");
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the word lives in MAP_SHARED memory used by several processes.
@@ -506,7 +506,7 @@ namespace {
 class ShmConnection final : public Connection {
  public:
   ShmConnection(ShmHost* host, int peer, int peerLocal, int myLocal)
-      : host_(host), peer_(peer), cap_(host->fifoBytes()) {
+      : host_(host), peer_(peer), ring_(host->fifoBytes()) {
     sendCtl_ = host->fifo(peerLocal, myLocal);
     sendBuf_ = host->fifoData(peerLocal, myLocal);
     recvCtl_ = host->fifo(myLocal, peerLocal);
@@ -521,20 +521,15 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
 
   std::span<std::byte> sendSpace() override {
-    const uint64_t offset = sendHead_ % cap_;
-    const uint64_t contiguous = cap_ - offset;
-    uint64_t used = sendHead_ - sendTailCache_;
-    if (cap_ - used < contiguous) {
+    if (ring_.freeBytes(sendHead_, sendTailCache_) < ring_.toWrap(sendHead_)) {
       sendTailCache_ = sendCtl_->tail.load(std::memory_order_acquire);
-      used = sendHead_ - sendTailCache_;
-      if (used > cap_) {  // the peer wrote a tail ahead of our head: corrupted segment
+      // A tail ahead of our head: the peer's process corrupted the segment.
+      if (sendHead_ - sendTailCache_ > ring_.capacity()) {
         corrupt_ = true;
         return {};
       }
     }
-    uint64_t n = std::min(contiguous, cap_ - used);
-    if (sendHead_ % 8 == 0) n &= ~uint64_t{7};
-    return {sendBuf_ + offset, n};
+    return {sendBuf_ + ring_.offset(sendHead_), ring_.writable(sendHead_, sendTailCache_)};
   }
 
   void sendCommit(size_t bytes) override {
@@ -546,13 +541,11 @@ class ShmConnection final : public Connection {
 
   std::span<const std::byte> recvData() override {
     recvHeadCache_ = recvCtl_->head.load(std::memory_order_acquire);
-    uint64_t avail = recvHeadCache_ - recvTail_;
-    if (avail > cap_) {
+    if (recvHeadCache_ - recvTail_ > ring_.capacity()) {
       corrupt_ = true;
       return {};
     }
-    const uint64_t offset = recvTail_ % cap_;
-    return {recvBuf_ + offset, std::min(avail, cap_ - offset)};
+    return {recvBuf_ + ring_.offset(recvTail_), ring_.readable(recvTail_, recvHeadCache_)};
   }
 
   void recvConsume(size_t bytes) override {
@@ -585,7 +578,7 @@ class ShmConnection final : public Connection {
  private:
   ShmHost* host_;
   int peer_;
-  uint64_t cap_;
+  StreamRing ring_;  // both FIFOs
   ShmHost::FifoControl* sendCtl_;
   std::byte* sendBuf_;
   ShmHost::FifoControl* recvCtl_;

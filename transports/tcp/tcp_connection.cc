@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/tcp/tcp_transport.h"
@@ -32,16 +33,6 @@ namespace {
 constexpr uint64_t kMaxStripe = 512ull << 10;
 constexpr uint64_t kMinStripe = 64;
 constexpr uint64_t kMaxStaging = 1ull << 32;
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
-
-uint64_t floorPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p * 2 <= v) p *= 2;
-  return p;
-}
-
-bool isPow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
 
@@ -73,7 +64,7 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
                      static_cast<unsigned long long>(options.stripeBytes));
   }
   c->stripe_ = options.stripeBytes;
-  c->ring_ = roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_);
+  c->ring_ = StreamRing(roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_));
   c->skip_ = (fds.size() - 1) * c->stripe_;
   for (size_t i = 0; i < fds.size(); ++i) {
     Stream& s = c->streams_[i];
@@ -99,11 +90,11 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
       (void)setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
     }
   }
-  c->sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_, 4096)));
-  c->recvRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_, 4096)));
+  c->sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_.capacity(), 4096)));
+  c->recvRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_.capacity(), 4096)));
   if (c->sendRing_ == nullptr || c->recvRing_ == nullptr) {
     return makeError(collSystemError, "cannot allocate 2 x %llu bytes of TCP staging for rank %d; lower "
-                     "COLL_TCP_STAGING_BYTES", static_cast<unsigned long long>(c->ring_), peer);
+                     "COLL_TCP_STAGING_BYTES", static_cast<unsigned long long>(c->ring_.capacity()), peer);
   }
   // Non-blocking from here on (MSG_DONTWAIT covers our calls; the flag also covers anyone who
   // polls the fds and then reads).
@@ -117,7 +108,7 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
   }
   COLL_TRACE(-1, "TCP connection to rank %d (%s): %zu streams, stripe %llu, ring %llu", peer,
              c->peerName_.c_str(), fds.size(), static_cast<unsigned long long>(c->stripe_),
-             static_cast<unsigned long long>(c->ring_));
+             static_cast<unsigned long long>(c->ring_.capacity()));
   *out = std::move(c);
   return okStatus();
 }
@@ -131,18 +122,13 @@ TcpConnection::~TcpConnection() {
 }
 
 std::span<std::byte> TcpConnection::sendSpace() {
-  const uint64_t used = committed_ - sendFreed_;
-  const uint64_t offset = committed_ % ring_;
-  uint64_t n = std::min(ring_ - used, ring_ - offset);
-  if (committed_ % 8 == 0) n &= ~uint64_t{7};
-  return {sendRing_ + offset, n};
+  return {sendRing_ + ring_.offset(committed_), ring_.writable(committed_, sendFreed_)};
 }
 
 void TcpConnection::sendCommit(size_t bytes) { committed_ += bytes; }
 
 std::span<const std::byte> TcpConnection::recvData() {
-  const uint64_t offset = consumed_ % ring_;
-  return {recvRing_ + offset, std::min(received_ - consumed_, ring_ - offset)};
+  return {recvRing_ + ring_.offset(consumed_), ring_.readable(consumed_, received_)};
 }
 
 void TcpConnection::recvConsume(size_t bytes) { consumed_ += bytes; }
@@ -167,7 +153,7 @@ Status TcpConnection::sendOn(Stream& s, bool* progressed) {
     const uint64_t end = std::min(stripeEnd, committed_);
     if (s.sendPos >= end) return okStatus();
     const uint64_t len = end - s.sendPos;
-    ssize_t n = ::send(s.fd, sendRing_ + s.sendPos % ring_, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = ::send(s.fd, sendRing_ + ring_.offset(s.sendPos), len, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
@@ -184,11 +170,11 @@ Status TcpConnection::sendOn(Stream& s, bool* progressed) {
 Status TcpConnection::recvOn(Stream& s, bool* progressed) {
   for (;;) {
     const uint64_t stripeEnd = (s.recvPos / stripe_ + 1) * stripe_;
-    const uint64_t end = std::min(stripeEnd, consumed_ + ring_);
+    const uint64_t end = std::min(stripeEnd, ring_.limit(consumed_));
     if (s.recvPos >= end) return okStatus();
     const uint64_t len = end - s.recvPos;
     if (s.closed) return okStatus();
-    ssize_t n = ::recv(s.fd, recvRing_ + s.recvPos % ring_, len, MSG_DONTWAIT);
+    ssize_t n = ::recv(s.fd, recvRing_ + ring_.offset(s.recvPos), len, MSG_DONTWAIT);
     // The peer's close is not an error by itself (it may have finished with us); checkHealth()
     // reports it when this rank still waits for bytes from it.
     if (n == 0) {

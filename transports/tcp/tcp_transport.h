@@ -13,6 +13,7 @@
 #include "src/oob/bootstrap.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "transports/stream_ring.h"
 #include "transports/transport.h"
 
 namespace coll {
@@ -76,7 +77,7 @@ class TcpConnection final : public Connection {
   void appendPollFds(std::vector<pollfd>* fds) const;
   int streams() const { return static_cast<int>(streams_.size()); }
   uint64_t stripeBytes() const { return stripe_; }
-  uint64_t ringBytes() const { return ring_; }
+  uint64_t ringBytes() const { return ring_.capacity(); }
 
  private:
   struct Stream {
@@ -96,7 +97,7 @@ class TcpConnection final : public Connection {
   std::string peerName_;
   std::vector<Stream> streams_;
   uint64_t stripe_ = 0;
-  uint64_t ring_ = 0;
+  StreamRing ring_;  // both the send and the receive ring
   uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "src/base/align.h"
 #include "src/base/log.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -16,8 +17,6 @@ namespace coll {
 namespace {
 
 constexpr int kTeardownMs = 2000;
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
@@ -31,13 +30,13 @@ UcxConnection::UcxConnection(UcxNet& net, int rank, int peer, std::string peerNa
     : net_(net), rank_(rank), peer_(peer), peerName_(std::move(peerName)), watchPid_(watchPid) {}
 
 Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
-  if (ringBytes == 0 || ringBytes % 64 != 0 || messageBytes == 0) {
+  if (ringBytes == 0 || ringBytes % StreamRing::kCapacityGranule != 0 || messageBytes == 0) {
     return makeError(collInternalError, "UCX connection to rank %d: ring of %llu bytes, messages of %llu", peer_,
                      static_cast<unsigned long long>(ringBytes), static_cast<unsigned long long>(messageBytes));
   }
-  ring_ = ringBytes;
+  ring_ = StreamRing(ringBytes);
   messageBytes_ = std::min(messageBytes, ringBytes);
-  const uint64_t capacity = roundUp(ring_, 4096);
+  const uint64_t capacity = roundUp(ringBytes, 4096);
   slots_ = new Slots();
   for (SendSlot& s : slots_->sends) s.conn = this;
   for (RecvSlot& s : slots_->recvs) s.conn = this;
@@ -133,24 +132,18 @@ void UcxConnection::onEndpointError(ucs_status_t status) {
 }
 
 std::span<std::byte> UcxConnection::sendSpace() {
-  const uint64_t used = committed_ - sendFreed_;
-  const uint64_t offset = committed_ % ring_;
-  uint64_t n = std::min(ring_ - used, ring_ - offset);
-  if (directSends_ && directOffered_ && directRefusals_ < kDirectTrials) {
-    // Not ahead of the receiver's window while direct sends work: bytes copied into the ring now
-    // could only wait there, while those the window opens for later can go straight from the
-    // caller (sendDirect). A caller that never offers direct sends, or one whose offers UCX keeps
-    // refusing (its messages are too large for an eager short send), may copy ahead.
-    const uint64_t window = peerConsumed_ + ring_;
-    n = std::min(n, window > committed_ ? window - committed_ : 0);
-  }
-  if (committed_ % 8 == 0) n &= ~uint64_t{7};
-  return {sendRing_ + offset, n};
+  // Not ahead of the receiver's window while direct sends work: bytes copied into the ring now
+  // could only wait there, while those the window opens for later can go straight from the
+  // caller (sendDirect). A caller that never offers direct sends, or one whose offers UCX keeps
+  // refusing (its messages are too large for an eager short send), may copy ahead. The ring is
+  // free from whichever of the two positions is further behind.
+  const bool keepToWindow = directSends_ && directOffered_ && directRefusals_ < kDirectTrials;
+  const uint64_t drained = keepToWindow ? std::min(sendFreed_, peerConsumed_) : sendFreed_;
+  return {sendRing_ + ring_.offset(committed_), ring_.writable(committed_, drained)};
 }
 
 std::span<const std::byte> UcxConnection::recvData() {
-  const uint64_t offset = consumed_ % ring_;
-  return {recvRing_ + offset, std::min(received_ - consumed_, ring_ - offset)};
+  return {recvRing_ + ring_.offset(consumed_), ring_.readable(consumed_, received_)};
 }
 
 void UcxConnection::sendDone(void* request, ucs_status_t status, void* user) {
@@ -176,9 +169,7 @@ void UcxConnection::advanceSends() {
 
 uint64_t UcxConnection::messageRoom() const {
   if (sendSeq_ - sendDoneSeq_ >= kMaxSends || sendSeq_ - peerMessages_ >= kMaxMessages) return 0;
-  const uint64_t limit = peerConsumed_ + ring_;
-  if (posted_ >= limit) return 0;
-  return std::min({ring_ - posted_ % ring_, limit - posted_, messageBytes_});
+  return std::min({ring_.toWrap(posted_), ring_.freeBytes(posted_, peerConsumed_), messageBytes_});
 }
 
 UcxConnection::SendSlot& UcxConnection::startMessage(uint64_t len, ucp_request_param_t* p) {
@@ -210,7 +201,7 @@ void UcxConnection::postSends() {
     p.user_data = &slot;
     p.memh = sendMemh_;
     ucs_status_ptr_t r =
-        ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), sendRing_ + posted_ % ring_, len, &p);
+        ucp_am_send_nbx(ep_, kUcxAmData, &slot.header, sizeof(slot.header), sendRing_ + ring_.offset(posted_), len, &p);
     messagePosted(len);
     if (UCS_PTR_IS_PTR(r)) {
       slot.done = false;
@@ -231,7 +222,8 @@ size_t UcxConnection::sendDirect(const std::byte* src, size_t bytes, size_t gran
   while (posted_ == committed_) {
     // A ring message's limits, and the send ring's view of the stream (sendSpace counts these
     // bytes as in use until they complete, which is at once).
-    uint64_t len = std::min({static_cast<uint64_t>(bytes - took), messageRoom(), ring_ - (committed_ - sendFreed_)});
+    uint64_t len =
+        std::min({static_cast<uint64_t>(bytes - took), messageRoom(), ring_.freeBytes(committed_, sendFreed_)});
     len -= len % granule;
     if (len == 0) break;
     ucp_request_param_t p{};
@@ -291,7 +283,7 @@ void UcxConnection::maybeReturnCredit() {
   if (ep_ == nullptr || !error_.ok()) return;
   // Batched: a quarter ring or a quarter of the message window. The sender blocks only with a
   // full ring or a full message window at this end, and both thresholds fire before either.
-  if (consumed_ - creditConsumed_ < ring_ / 4 && recvSeq_ - creditMessages_ < kMaxMessages / 4) return;
+  if (consumed_ - creditConsumed_ < ring_.capacity() / 4 && recvSeq_ - creditMessages_ < kMaxMessages / 4) return;
   CreditSlot* slot = nullptr;
   for (CreditSlot& s : slots_->credits) {
     if (!s.busy) {
@@ -384,9 +376,10 @@ uint64_t UcxConnection::applyPosted(const DataHeader& h, const std::byte* data) 
 }
 
 bool UcxConnection::dataHeaderFits(const DataHeader& h, size_t length, const RecvWindow& w) {
-  return w.ring != 0 && h.len == length && h.len > 0 && h.len <= w.ring && h.pos % w.ring + h.len <= w.ring &&
-         h.pos >= w.received && h.pos - w.consumed <= w.ring - h.len && h.seq >= w.recvSeq &&
-         h.seq - w.recvSeq < kMaxMessages;
+  if (w.ring == 0) return false;
+  const StreamRing ring(w.ring);
+  return h.len == length && h.len > 0 && h.len <= ring.toWrap(h.pos) && h.pos >= w.received &&
+         h.len <= ring.freeBytes(h.pos, w.consumed) && h.seq >= w.recvSeq && h.seq - w.recvSeq < kMaxMessages;
 }
 
 void UcxConnection::onData(const DataHeader& h, void* data, size_t length, const ucp_am_recv_param_t* param) {
@@ -394,7 +387,7 @@ void UcxConnection::onData(const DataHeader& h, void* data, size_t length, const
   // Untrusted until checked: the position and length decide where in our ring bytes land.
   RecvSlot& slot = slots_->recvs[h.seq % kMaxMessages];
   const bool valid = error_.ok() && slot.state == 0 &&
-                     dataHeaderFits(h, length, RecvWindow{ring_, consumed_, received_, recvSeq_});
+                     dataHeaderFits(h, length, RecvWindow{ring_.capacity(), consumed_, received_, recvSeq_});
   if (!valid) {
     if (rendezvous) ucp_am_data_release(net_.worker(), data);
     if (!error_.ok()) return;
@@ -403,11 +396,11 @@ void UcxConnection::onData(const DataHeader& h, void* data, size_t length, const
                    "bytes, %zu delivered; ring %llu, consumed %llu, received %llu); are both ranks running the same "
                    "library version?", peer_, peerName_.c_str(), static_cast<unsigned long long>(h.seq),
                    static_cast<unsigned long long>(h.pos), static_cast<unsigned long long>(h.len), length,
-                   static_cast<unsigned long long>(ring_), static_cast<unsigned long long>(consumed_),
+                   static_cast<unsigned long long>(ring_.capacity()), static_cast<unsigned long long>(consumed_),
                    static_cast<unsigned long long>(received_)));
     return;
   }
-  std::byte* dst = recvRing_ + h.pos % ring_;
+  std::byte* dst = recvRing_ + ring_.offset(h.pos);
   slot.seq = h.seq;
   slot.pos = h.pos;
   slot.end = h.pos + h.len;

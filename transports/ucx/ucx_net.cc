@@ -16,6 +16,7 @@
 #include <set>
 #include <system_error>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/ucx/ucx_transport.h"
@@ -54,8 +55,6 @@ struct Hello {
   uint64_t ringBytes;
   uint64_t messageBytes;
 };
-
-uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 std::string ucxVersion() {
   unsigned major = 0, minor = 0, release = 0;

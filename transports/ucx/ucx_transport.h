@@ -17,6 +17,7 @@
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "transports/net.h"
+#include "transports/stream_ring.h"
 #include "transports/transport.h"
 
 namespace coll {
@@ -185,7 +186,7 @@ class UcxConnection final : public Connection {
   void setSendFlags(uint32_t flags) { sendFlags_ = flags; }
   // The endpoint to the peer (the lower rank of a pair gets it after connect returned).
   void setEndpoint(ucp_ep_h ep) { ep_ = ep; }
-  uint64_t ringBytes() const { return ring_; }
+  uint64_t ringBytes() const { return ring_.capacity(); }
   uint64_t messageBytes() const { return messageBytes_; }
 
   int peer() const override { return peer_; }
@@ -268,7 +269,7 @@ class UcxConnection final : public Connection {
   int32_t watchPid_ = 0;
   bool protocolError_ = false;  // the peer broke the protocol: progress() fails too
   ucp_ep_h ep_ = nullptr;
-  uint64_t ring_ = 0;
+  StreamRing ring_;  // both the send and the receive ring
   uint64_t messageBytes_ = 0;
   uint32_t sendFlags_ = 0;
   // sendDirect: off for good once UCX has refused kDirectTrials offers in a row without ever
