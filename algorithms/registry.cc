@@ -4,6 +4,7 @@
 namespace coll {
 
 // One line per algorithm; its position is its AlgoId (the named AlgoIds are the first positions).
+// The list ends in a line of its own so that adding an algorithm adds a line and changes none.
 #define COLL_ALGORITHMS(X) \
   X(kRingAlgorithm) \
   X(kDirectAlgorithm) \
@@ -16,7 +17,8 @@ namespace coll {
   X(kRabenseifnerAlgorithm) \
   X(kTorusAlgorithm) \
   X(kHierarchicalAlgorithm) \
-  X(kTwoShotAlgorithm)
+  X(kTwoShotAlgorithm) \
+  /* end of the list */
 
 #define COLL_DECLARE_ALGORITHM(descriptor) extern const AlgorithmDescriptor descriptor;
 #define COLL_ALGORITHM_ADDRESS(descriptor) &descriptor,
