@@ -1,7 +1,5 @@
-// The cost model's inputs (link costs, the communicator's shape) and the primitives every
-// algorithm's prediction is made of (a round's cost, a pipeline, streamed steps). They live with
-// the algorithms so that each algorithm's descriptor (registry.h) can hold its own prediction;
-// the planner above derives the inputs and compares the predictions. Formulas: docs/ARCHITECTURE.md.
+// The cost model's inputs (link costs, the communicator's shape) and the primitives algorithms'
+// predictions are made of, below the planner so each descriptor (registry.h) holds its own.
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,5 @@
-// The algorithm registry: one descriptor per algorithm (what it serves, when it applies, what the
-// model predicts for it, how it builds a schedule), defined next to the algorithm's builder and
-// listed once in registry.cc. The planner iterates the list; the communicator calls `build`.
+// The algorithm registry: one descriptor per algorithm, defined next to its builder and listed
+// once in registry.cc. The planner iterates the list; the communicator calls `build`.
 #pragma once
 
 #include <cstdint>
