@@ -13,7 +13,9 @@
 
 namespace coll {
 
-// Every algorithm a plan can name. COLL_ALGO uses algoName()'s spelling.
+// An algorithm, by its position in the registry (algorithms/registry.cc). The named ids are the
+// algorithms other code refers to by name; an algorithm added to the registry needs no name here.
+// COLL_ALGO uses algoName()'s spelling.
 enum class AlgoId : uint8_t {
   Ring,               // pipelined ring (All-Reduce, Broadcast/Reduce chain, All-Gather, Reduce-Scatter)
   Direct,             // one host: shared windows, every rank reduces a slice (All-Reduce)
@@ -28,7 +30,6 @@ enum class AlgoId : uint8_t {
   Hierarchical,       // reduce-scatter inside each host, across hosts per shard, all-gather inside
   TwoShot,            // compressed All-Reduce: quantized all-to-all reduce-scatter + all-gather
 };
-inline constexpr int kAlgoCount = 12;
 const char* algoName(AlgoId algo);
 // Parses algoName()'s spelling; false if unknown.
 bool algoFromName(const std::string& name, AlgoId* out);
@@ -44,6 +45,8 @@ struct TorusDims {
 // host holds the same number of ranks (> 1 each, > 1 host) numbered in host blocks; else the most
 // balanced factorisation into two or three factors (a prime rank count gives one dimension: a ring).
 Status torusDimsFor(const Topology& topo, const std::string& forced, TorusDims* out);
+// "4x2" (logs).
+std::string torusDimsText(const TorusDims& dims);
 
 // Planner choices a builder uses beyond the call itself.
 struct AlgoOptions {

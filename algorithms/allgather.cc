@@ -1,6 +1,8 @@
 // All-gather schedules: a ring forwarding what arrived (large messages) and Bruck's algorithm,
-// ceil(log2 p) rounds for any p through a rotated copy in scratch (small messages).
+// ceil(log2 p) rounds for any p through a rotated copy in scratch (small messages); Bruck's
+// descriptor (the ring's is with the ring All-Reduce).
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 
 #include <algorithm>
 
@@ -104,5 +106,33 @@ void buildBruckAllGather(const Topology& topo, const CollArgs& args, Schedule* o
   if (r > 0) addRotate(scratchAt(static_cast<uint64_t>(p - r) * blockBytes), recvAt(0), static_cast<uint64_t>(r));
   s.finalizePeers();
 }
+
+namespace {
+
+Candidate bruckModel(const ModelInputs& in, CollKind /*kind*/, uint64_t bytes, uint64_t /*count*/) {
+  const std::vector<StepLoad>& rounds = in.shape.bruck;
+  const int64_t p = in.topo->nranks;
+  const double n = static_cast<double>(bytes);
+  Candidate c;
+  for (size_t k = 0; k < rounds.size(); ++k) {
+    const int64_t blocks = std::min<int64_t>(int64_t{1} << k, p - (int64_t{1} << k));
+    c.seconds += stepCost(in, rounds[k], n * blocks);
+  }
+  c.seconds += p * n * in.gamma;  // the final rotation
+  return c;
+}
+
+void bruckBuild(const BuildRequest& r, Schedule* out) { buildBruckAllGather(r.topo, r.args, out); }
+
+}  // namespace
+
+extern const AlgorithmDescriptor kBruckAlgorithm{
+    .name = "bruck",
+    .serves = collBit(CollKind::AllGather),
+    .applies = nullptr,
+    .predict = bruckModel,
+    .allReduceFactor = {},
+    .build = bruckBuild,
+};
 
 }  // namespace coll

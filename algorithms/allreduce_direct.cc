@@ -1,6 +1,8 @@
 // Direct All-Reduce over host-shared windows: every local rank publishes its input in its window,
 // reductions read all windows in local-rank order, dependencies are progress slots, not messages.
+// Also the direct descriptor (All-Reduce, All-Gather, Reduce-Scatter on one host).
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 
 #include <algorithm>
 #include <vector>
@@ -122,5 +124,106 @@ void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const Dire
     else s.addDep(ci, peerStepDep(topo.localRanks[j], 1, 0, sliceCount(j)));
   }
 }
+
+namespace {
+
+// Below this size every rank of a direct All-Reduce reduces the whole vector: p times the reads,
+// one hop less.
+constexpr uint64_t kReduceAllBelowBytes = 16 * 1024;
+
+bool directApplies(const ModelInputs& in, CollKind kind, std::string* why) {
+  const Topology& t = *in.topo;
+  if (!in.haveWindows) {
+    return notApplicable(why, [] { return std::string("direct needs shared-memory windows (not with COLL_TRANSPORT=tcp)"); });
+  }
+  if (!t.singleHost()) {
+    return notApplicable(why, [&] {
+      return "direct needs every rank on one host (this communicator spans " + std::to_string(t.nhosts) + " hosts)";
+    });
+  }
+  if (t.nranks < 2) return notApplicable(why, [] { return std::string("direct needs two ranks or more"); });
+  if (in.directLimit == 0) {
+    return notApplicable(why, [] { return std::string("direct needs a window (COLL_SHM_WINDOW_BYTES, COLL_DIRECT_MAX_BYTES)"); });
+  }
+  if (kind == CollKind::ReduceScatter && in.windowHalfBytes / (2 * static_cast<uint64_t>(t.nranks - 1)) < 64) {
+    return notApplicable(why, [] { return std::string("direct reducescatter needs 128 window bytes per peer (COLL_SHM_WINDOW_BYTES)"); });
+  }
+  if (kind == CollKind::AllGather && in.windowHalfBytes < 128) {
+    return notApplicable(why, [] { return std::string("direct allgather needs a window half of 128 bytes or more (COLL_SHM_WINDOW_BYTES)"); });
+  }
+  return true;
+}
+
+double directOnce(const ModelInputs& in, double n) {
+  const int p = in.topo->nranks;
+  if (n < kReduceAllBelowBytes) return in.intraHost.alpha + (1.0 + p) * n * in.gamma;
+  return 2.0 * in.intraHost.alpha + 3.0 * n * in.gamma;
+}
+
+Candidate directModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t /*count*/) {
+  const int64_t p = in.topo->nranks;
+  const double n = static_cast<double>(bytes);
+  const double g = in.gamma;
+  Candidate c;
+  switch (kind) {
+    case CollKind::AllReduce:
+      c.seconds = in.directLimit > 0 && n > in.directLimit
+                      ? std::ceil(n / in.directLimit) * directOnce(in, static_cast<double>(in.directLimit))
+                      : directOnce(in, n);
+      break;
+    case CollKind::AllGather: {
+      // Per rank: its block copied into its window once, the p-1 peers' blocks copied out (the
+      // ring copies each block twice per hop through a FIFO); every round waits once on the
+      // peers' markers and once for the copy in (directAllGatherShape).
+      const uint64_t rounds = directAllGatherShape(bytes, 1, in.windowHalfBytes).rounds;
+      c.seconds = 2 * static_cast<double>(rounds) * in.intraHost.alpha + static_cast<double>(p) * n * g;
+      break;
+    }
+    case CollKind::ReduceScatter: {
+      // Per rank: L-1 blocks copied into its window, one pass reading L blocks; every round
+      // waits once on the peers' markers and once for the copies (directReduceScatterShape).
+      const uint64_t rounds = directReduceScatterShape(bytes, 1, in.windowHalfBytes, static_cast<int32_t>(p)).rounds;
+      c.seconds = 2 * static_cast<double>(rounds) * in.intraHost.alpha + static_cast<double>(2 * p - 1) * n * g;
+      break;
+    }
+    default: break;
+  }
+  return c;
+}
+
+// A direct All-Reduce past the window runs as rounds (directModel counts them).
+Status directShapeCall(const ModelInputs& in, const CollArgs& args, CallShape* out) {
+  if (args.kind != CollKind::AllReduce) return okStatus();
+  const uint64_t es = dataTypeSize(args.dtype);
+  out->reduceAllBelowBytes = kReduceAllBelowBytes;
+  if (in.directLimit < es) return makeError(collInvalidUsage, "COLL_SHM_WINDOW_BYTES is too small for even one element");
+  if (args.count * es > in.directLimit) out->roundElems = in.directLimit / es;
+  return okStatus();
+}
+
+void directBuild(const BuildRequest& r, Schedule* out) {
+  DirectOptions options;
+  options.windowHalfBytes = r.windowHalfBytes;
+  switch (r.args.kind) {
+    case CollKind::AllGather: buildDirectAllGather(r.topo, r.args, options, out); break;
+    case CollKind::ReduceScatter: buildDirectReduceScatter(r.topo, r.args, options, out); break;
+    default:
+      options.reduceAllBelowBytes = r.reduceAllBelowBytes;
+      buildDirectAllReduce(r.topo, r.args, options, out);
+      break;
+  }
+}
+
+}  // namespace
+
+extern const AlgorithmDescriptor kDirectAlgorithm{
+    .name = "direct",
+    .serves = collBit(CollKind::AllReduce) | collBit(CollKind::AllGather) | collBit(CollKind::ReduceScatter),
+    .applies = directApplies,
+    .predict = directModel,
+    .allReduceFactor = {},
+    .build = directBuild,
+    .shapeCall = directShapeCall,
+};
 
 }  // namespace coll

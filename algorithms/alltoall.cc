@@ -1,7 +1,9 @@
 // Pairwise all-to-all: step k exchanges one block each way with rank r+k; nothing waits on a
 // remote step, so the executor keeps every exchange in flight. Blocks to a rank on the same host
 // go in chunks that stay a few chunks ahead of the peer (bounded data in flight, cache-resident).
+// Also the pairwise descriptor.
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 
 #include <algorithm>
 
@@ -68,5 +70,32 @@ void buildPairwiseAlltoAll(const Topology& topo, const CollArgs& args, Schedule*
   }
   s.finalizePeers();
 }
+
+namespace {
+
+Candidate pairwiseModel(const ModelInputs& in, CollKind /*kind*/, uint64_t bytes, uint64_t /*count*/) {
+  const PlannerShape& sh = in.shape;
+  const int64_t p = in.topo->nranks, H = in.topo->nhosts, L = sh.maxLocal;
+  // Pairwise round k sends r -> r + k: past the first rounds every rank of a host sends
+  // across at once, ranksPerNic of them through each NIC (every rank of a busy machine).
+  const StepLoad round{L > 1 ? 1 : 0, H > 1 ? static_cast<double>(sh.ranksPerNic) : 0.0,
+                       H > 1 ? static_cast<double>(sh.machineRanks) : 0.0};
+  Candidate c;
+  c.seconds = (p - 1) * stepCost(in, round, static_cast<double>(bytes));
+  return c;
+}
+
+void pairwiseBuild(const BuildRequest& r, Schedule* out) { buildPairwiseAlltoAll(r.topo, r.args, out); }
+
+}  // namespace
+
+extern const AlgorithmDescriptor kPairwiseAlgorithm{
+    .name = "pairwise",
+    .serves = collBit(CollKind::AlltoAll),
+    .applies = nullptr,
+    .predict = pairwiseModel,
+    .allReduceFactor = {},
+    .build = pairwiseBuild,
+};
 
 }  // namespace coll

@@ -1,6 +1,7 @@
 // Dissemination barrier: in round k every rank signals r+2^k and hears from r-2^k, so after
-// ceil(log2 p) rounds each rank has (transitively) heard from every other.
+// ceil(log2 p) rounds each rank has (transitively) heard from every other. Also its descriptor.
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 
 namespace coll {
 
@@ -38,5 +39,27 @@ void buildDisseminationBarrier(const Topology& topo, Schedule* out) {
   }
   s.finalizePeers();
 }
+
+namespace {
+
+Candidate disseminationModel(const ModelInputs& in, CollKind /*kind*/, uint64_t /*bytes*/, uint64_t /*count*/) {
+  const LinkCost& slow = in.topo->singleHost() ? in.intraHost : in.interHost;
+  Candidate c;
+  c.seconds = log2Ceil(in.topo->nranks) * slow.alpha;
+  return c;
+}
+
+void disseminationBuild(const BuildRequest& r, Schedule* out) { buildDisseminationBarrier(r.topo, out); }
+
+}  // namespace
+
+extern const AlgorithmDescriptor kDisseminationAlgorithm{
+    .name = "dissemination",
+    .serves = collBit(CollKind::Barrier),
+    .applies = nullptr,
+    .predict = disseminationModel,
+    .allReduceFactor = {},
+    .build = disseminationBuild,
+};
 
 }  // namespace coll

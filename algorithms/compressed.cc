@@ -1,11 +1,13 @@
 // The compressed (4-bit) All-Reduce: the two-shot phase (a reduce-scatter done as an all-to-all
 // of quantized shards, a float32 sum at each shard's owner, an all-gather of the requantized
 // shards; each element quantized at most twice whatever the rank count), and the hierarchical
-// variant that reduces inside each host at full precision and compresses only between hosts.
+// variant that reduces inside each host at full precision and compresses only between hosts;
+// both variants' models and the two-shot's descriptor.
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
+#include "algorithms/registry.h"
 #include "src/base/align.h"
 #include "src/kernels/quantize.h"
 
@@ -248,5 +250,67 @@ void buildHierarchicalCompressedAllReduce(const Topology& topo, const CollArgs& 
   }
   s.finalizePeers();
 }
+
+namespace {
+
+// The tensor quantized, in bytes, for `elems` elements.
+double quantizedBytes(const CollArgs& args, double elems) {
+  const double block = args.compress.blockSize > 0 ? args.compress.blockSize : 64;
+  return elems * (block / 2 + 2) / block;
+}
+
+// The two-shot among `members`, each sending its quantized shards to every other and receiving
+// as many (2(m-1) messages, 2(m-1)/m of the quantized tensor `q`, `flowsPerNic` of them sharing
+// a NIC); quantizing passes count as local passes (gamma) over the float32 tensor.
+double twoShotTime(const ModelInputs& in, double members, double elems, double q, double flowsPerNic,
+                   const LinkCost& link) {
+  const double m = members;
+  return 2 * (m - 1) * flowsPerNic * link.alpha + 2 * (m - 1) / m * q * flowsPerNic * link.beta +
+         4 * elems * 4 * in.gamma;  // widen, accumulate, quantize twice, dequantize: about 4 float passes
+}
+
+double twoShotCompressedModel(const ModelInputs& in, const CollArgs& args) {
+  const Topology& t = *in.topo;
+  const double n = static_cast<double>(args.count);
+  const LinkCost& across = t.nhosts > 1 ? in.interHost : in.intraHost;
+  return twoShotTime(in, t.nranks, n, quantizedBytes(args, n), t.nhosts > 1 ? in.shape.ranksPerNic : 1, across);
+}
+
+bool twoShotApplies(const ModelInputs& /*in*/, CollKind /*kind*/, std::string* why) {
+  return notApplicable(why, [] { return std::string("twoshot runs compressed All-Reduce only (collAllReduceCompressed)"); });
+}
+
+Candidate noPlainModel(const ModelInputs& /*in*/, CollKind /*kind*/, uint64_t /*bytes*/, uint64_t /*count*/) {
+  return Candidate{};
+}
+
+void twoShotBuild(const BuildRequest& r, Schedule* out) {
+  buildCompressedAllReduce(r.topo, r.args, r.args.compress.blockSize, out);
+}
+
+}  // namespace
+
+// The hierarchical variant moves the tensor at full precision inside the host (like a ring
+// reduce-scatter + all-gather) and runs the two-shot across hosts on 1/L of it per local rank.
+double hierarchicalCompressedModel(const ModelInputs& in, const CollArgs& args) {
+  const Topology& t = *in.topo;
+  if (!compressedHierarchyApplies(t)) return -1;
+  const double H = t.nhosts, L = in.shape.maxLocal;
+  const double es = static_cast<double>(dataTypeSize(args.dtype));
+  const double n = static_cast<double>(args.count);
+  const double intra = 2 * (L - 1) * in.intraHost.alpha + 2 * (L - 1) / L * n * es * in.intraHost.beta + n * es * in.gamma;
+  return intra + twoShotTime(in, H, n / L, quantizedBytes(args, n) / L, in.shape.ranksPerNic, in.interHost);
+}
+
+// Serves All-Reduce only as collAllReduceCompressed: the planner never picks it for a plain one.
+extern const AlgorithmDescriptor kTwoShotAlgorithm{
+    .name = "twoshot",
+    .serves = collBit(CollKind::AllReduce),
+    .applies = twoShotApplies,
+    .predict = noPlainModel,
+    .allReduceFactor = {},
+    .build = twoShotBuild,
+    .predictCompressed = twoShotCompressedModel,
+};
 
 }  // namespace coll

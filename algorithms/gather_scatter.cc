@@ -1,6 +1,8 @@
 // Linear gather and scatter: the root exchanges every rank's block directly; the others do one
 // step. Non-roots never touch the buffer only the root has (recv for gather, send for scatter).
+// Also the linear descriptor.
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 
 namespace coll {
 
@@ -78,5 +80,30 @@ void buildLinearScatter(const Topology& topo, const CollArgs& args, Schedule* ou
   s.addStep(own);
   s.finalizePeers();
 }
+
+namespace {
+
+Candidate linearModel(const ModelInputs& in, CollKind /*kind*/, uint64_t bytes, uint64_t /*count*/) {
+  const LinkCost& slow = in.topo->singleHost() ? in.intraHost : in.interHost;
+  Candidate c;
+  c.seconds = (in.topo->nranks - 1) * (slow.alpha + static_cast<double>(bytes) * slow.beta);
+  return c;
+}
+
+void linearBuild(const BuildRequest& r, Schedule* out) {
+  if (r.args.kind == CollKind::Scatter) buildLinearScatter(r.topo, r.args, out);
+  else buildLinearGather(r.topo, r.args, out);
+}
+
+}  // namespace
+
+extern const AlgorithmDescriptor kLinearAlgorithm{
+    .name = "linear",
+    .serves = collBit(CollKind::Gather) | collBit(CollKind::Scatter),
+    .applies = nullptr,
+    .predict = linearModel,
+    .allReduceFactor = {},
+    .build = linearBuild,
+};
 
 }  // namespace coll

@@ -1,6 +1,7 @@
-// Ring phases over a group (reduce-scatter, all-gather, All-Reduce) and the flat ring All-Reduce
-// built from them.
+// Ring phases over a group (reduce-scatter, all-gather, All-Reduce), the flat ring All-Reduce
+// built from them, and the ring's descriptor (every collective it serves).
 #include "algorithms/phases.h"
+#include "algorithms/registry.h"
 
 #include <algorithm>
 #include <numeric>
@@ -181,5 +182,57 @@ void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* ou
   addRingAllReduce(all, PhaseSpan{sendAt(0), recvAt(0), args.count, es}, -1, args.op == collAvg, channels, &s);
   s.finalizePeers();
 }
+
+namespace {
+
+Candidate ringModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t count) {
+  const PlannerShape& sh = in.shape;
+  const int64_t p = in.topo->nranks;
+  const double n = static_cast<double>(bytes);
+  const double g = in.gamma;
+  Candidate c;
+  switch (kind) {
+    case CollKind::AllReduce: {
+      // Only the ranks holding a non-empty chunk send in a step.
+      const StepLoad l =
+          withSendingShare(sh.ring, static_cast<double>(nonEmptyChunks(count, p)) / static_cast<double>(p));
+      c.seconds = streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 1, StepFlow::Ring) +
+                  streamedSteps(in, static_cast<double>(p - 1), l, sh.ringInterFraction, n / p, 0, StepFlow::Ring);
+      break;
+    }
+    case CollKind::Broadcast:
+    case CollKind::Reduce: {
+      const double red = kind == CollKind::Reduce ? g : 0;
+      c.seconds = pipelined(in, p - 1, n, [&](double s) { return stepCost(in, sh.ring, s) + s * red; }, &c.sliceBytes);
+      break;
+    }
+    case CollKind::AllGather: c.seconds = (p - 1) * stepCost(in, sh.ring, n); break;
+    case CollKind::ReduceScatter: c.seconds = (p - 1) * (stepCost(in, sh.ring, n) + n * g); break;
+    default: break;
+  }
+  return c;
+}
+
+void ringBuild(const BuildRequest& r, Schedule* out) {
+  switch (r.args.kind) {
+    case CollKind::Broadcast: buildRingBroadcast(r.topo, r.args, out); break;
+    case CollKind::Reduce: buildRingReduce(r.topo, r.args, out); break;
+    case CollKind::AllGather: buildRingAllGather(r.topo, r.args, out); break;
+    case CollKind::ReduceScatter: buildRingReduceScatter(r.topo, r.args, out); break;
+    default: buildRingAllReduce(r.topo, r.args, out, r.options.channels); break;
+  }
+}
+
+}  // namespace
+
+extern const AlgorithmDescriptor kRingAlgorithm{
+    .name = "ring",
+    .serves = collBit(CollKind::AllReduce) | collBit(CollKind::Broadcast) | collBit(CollKind::Reduce) |
+              collBit(CollKind::AllGather) | collBit(CollKind::ReduceScatter),
+    .applies = nullptr,
+    .predict = ringModel,
+    .allReduceFactor = {},
+    .build = ringBuild,
+};
 
 }  // namespace coll

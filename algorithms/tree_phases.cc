@@ -1,9 +1,11 @@
 // Tree and recursive All-Reduce: the double binary tree, recursive doubling and Rabenseifner
-// phases over a rank group, and the full builders made of them (NCCL's tree shape over hosts).
+// phases over a rank group, the full builders made of them (NCCL's tree shape over hosts), and
+// the three algorithms' descriptors (the tree's also serve Broadcast and Reduce, binomial).
 #include <cstdint>
 #include <vector>
 
 #include "algorithms/phases.h"
+#include "algorithms/registry.h"
 
 namespace coll {
 
@@ -411,5 +413,133 @@ void buildDoubleBinaryTreeAllReduce(const Topology& topo, const CollArgs& args, 
   }
   s->finalizePeers();
 }
+
+namespace {
+
+Candidate treeModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t /*count*/) {
+  const PlannerShape& sh = in.shape;
+  const Topology& t = *in.topo;
+  const double n = static_cast<double>(bytes);
+  const double g = in.gamma;
+  Candidate c;
+  if (kind == CollKind::Broadcast || kind == CollKind::Reduce) {
+    const double red = kind == CollKind::Reduce ? g : 0;
+    for (const StepLoad& l : sh.binomial) c.seconds += stepCost(in, l, n) + n * red;
+    return c;
+  }
+  if (kind != CollKind::AllReduce) return c;
+  // Two complementary trees, half the data each: per chunk a busy node sends and receives
+  // twice the chunk (up, and down to two children); inside a host a chain does the same.
+  // The first chunk goes up and down the tree over the hosts (or ranks) and the chains.
+  const bool hosts = t.nhosts > 1;
+  const int64_t treeHops = sh.treeHeight, chainHops = hosts ? sh.maxLocal - 1 : 0;
+  const LinkCost& l = hosts ? in.interHost : in.intraHost;
+  // An interior node's two children reach it through its one link, one message after the
+  // other (and it sends to both on the way down), as ranks sharing a NIC do (interAlphas).
+  const double fanIn = treeBusyFactor(hosts ? t.nhosts : t.nranks);
+  c.seconds = streamedPipeline(
+      in, n,
+      [&](double s) {
+        // Each tree carries half of every chunk up and down.
+        const double h = s / 2;
+        return 2.0 * (treeHops * fanIn * (l.alpha + h * l.beta) +
+                      chainHops * (in.intraHost.alpha + h * in.intraHost.beta)) +
+               static_cast<double>(treeHops + chainHops) * h * g;
+      },
+      [&](double s) {
+        double ports = treeBusyFactor(hosts ? t.nhosts : t.nranks) * s * l.beta;
+        if (chainHops > 0) ports = std::max(ports, 2 * s * in.intraHost.beta);
+        return in.reductionOverlaps ? std::max(ports, s * g) : ports + s * g;
+      },
+      &c.sliceBytes);
+  return c;
+}
+
+void treeBuild(const BuildRequest& r, Schedule* out) {
+  switch (r.args.kind) {
+    case CollKind::Broadcast: buildTreeBroadcast(r.topo, r.args, out); break;
+    case CollKind::Reduce: buildTreeReduce(r.topo, r.args, out); break;
+    default: buildDoubleBinaryTreeAllReduce(r.topo, r.args, out); break;
+  }
+}
+
+// The first 2(p - p') ranks folding into the p' core members before and after (p' < p).
+double foldTime(const ModelInputs& in, double n) {
+  const PlannerShape& sh = in.shape;
+  return sh.core < in.topo->nranks ? streamedStep(in, sh.fold, n, 1) + streamedStep(in, sh.fold, n, 0) : 0;
+}
+
+Candidate recursiveDoublingModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t /*count*/) {
+  Candidate c;
+  if (kind != CollKind::AllReduce) return c;
+  const double n = static_cast<double>(bytes);
+  double t = foldTime(in, n);
+  for (const StepLoad& l : in.shape.pairSteps) t += streamedStep(in, l, n, 1);
+  c.seconds = t;
+  return c;
+}
+
+void recursiveDoublingBuild(const BuildRequest& r, Schedule* out) { buildRecursiveDoublingAllReduce(r.topo, r.args, out); }
+
+// The share of the p' core members that send in Rabenseifner's round at mask m (halving and
+// doubling alike): a member sends an aligned block of m of the p' parts, and with fewer elements
+// than parts only the first `count` parts hold any (partStart), so only the members whose block
+// starts below `count` have something to send: min(p', m * ceil(count / m)) of them.
+double rabenseifnerSenders(uint64_t count, int64_t core, int64_t mask) {
+  if (count == 0 || static_cast<int64_t>(count) >= core) return 1.0;
+  const int64_t blocks = (static_cast<int64_t>(count) + mask - 1) / mask;
+  return static_cast<double>(std::min(core, mask * blocks)) / static_cast<double>(core);
+}
+
+Candidate rabenseifnerModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t count) {
+  const PlannerShape& sh = in.shape;
+  Candidate c;
+  if (kind != CollKind::AllReduce) return c;
+  const double n = static_cast<double>(bytes);
+  double t = foldTime(in, n);
+  // Halving starts with the farthest partner and half the vector (doubling ends there).
+  double part = n;
+  for (size_t k = sh.pairSteps.size(); k-- > 0;) {
+    part /= 2;
+    const StepLoad l = withSendingShare(sh.pairSteps[k], rabenseifnerSenders(count, sh.core, int64_t{1} << k));
+    t += streamedStep(in, l, part, 1) + streamedStep(in, l, part, 0);
+  }
+  c.seconds = t;
+  return c;
+}
+
+void rabenseifnerBuild(const BuildRequest& r, Schedule* out) { buildRabenseifnerAllReduce(r.topo, r.args, out); }
+
+}  // namespace
+
+extern const AlgorithmDescriptor kTreeAlgorithm{
+    .name = "tree",
+    .serves = collBit(CollKind::AllReduce) | collBit(CollKind::Broadcast) | collBit(CollKind::Reduce),
+    .applies = nullptr,
+    .predict = treeModel,
+    .allReduceFactor = {},
+    .build = treeBuild,
+};
+
+extern const AlgorithmDescriptor kRecursiveDoublingAlgorithm{
+    .name = "recdoubling",
+    .serves = collBit(CollKind::AllReduce),
+    .applies = nullptr,
+    .predict = recursiveDoublingModel,
+    .allReduceFactor = {},
+    .build = recursiveDoublingBuild,
+};
+
+// Rabenseifner ran 1.5x its model on the bytes everywhere it was measured (2-core VM, 8 ranks,
+// 4 MiB and 16 MiB, one host and emulated 2x4 and 4x2 hosts at 1 Gbit/s), and 8-64 B at its
+// unscaled model on the emulated 4 x 2 cluster.
+extern const AlgorithmDescriptor kRabenseifnerAlgorithm{
+    .name = "rabenseifner",
+    .serves = collBit(CollKind::AllReduce),
+    .applies = nullptr,
+    .predict = rabenseifnerModel,
+    .allReduceFactor = {1.5, false},
+    .build = rabenseifnerBuild,
+};
 
 }  // namespace coll

@@ -1,9 +1,11 @@
-// collinfo: prints the library version, the SIMD level the kernels picked, and every knob of
-// the config registry with its current value; --markdown prints docs/KNOBS.md's knob table.
+// collinfo: prints the library version, the SIMD level the kernels picked, the algorithms COLL_ALGO
+// can name, and every knob of the config registry with its current value; --markdown prints
+// docs/KNOBS.md's knob table.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "algorithms/registry.h"
 #include "collective/collective.h"
 #include "src/base/config.h"
 #include "src/kernels/reduce.h"
@@ -60,6 +62,15 @@ int main(int argc, char** argv) {
   if (collGetVersion(&version) != collSuccess) version = COLL_VERSION_CODE;
   printf("libcollective %d.%d.%d\n", version / 10000, (version / 100) % 100, version % 100);
   printf("SIMD level: %s\n", coll::kernels::simdLevel());
+  printf("\nAlgorithms (COLL_ALGO):\n");
+  for (const coll::AlgorithmDescriptor* d : coll::allAlgorithms()) {
+    std::string serves;
+    for (int k = 0; k <= static_cast<int>(coll::CollKind::Barrier); ++k) {
+      const auto kind = static_cast<coll::CollKind>(k);
+      if (d->serves & coll::collBit(kind)) serves += std::string(serves.empty() ? "" : ", ") + coll::collKindName(kind);
+    }
+    printf("  %-24s %s\n", d->name, serves.c_str());
+  }
   printf("\nEnvironment knobs (value shown when set):\n");
   for (const coll::Knob* k : knobs) {
     auto raw = k->raw();

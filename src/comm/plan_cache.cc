@@ -6,6 +6,7 @@
 #include <string>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/registry.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 
@@ -122,65 +123,9 @@ void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t
 }
 
 void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
-  const AlgoId algo = choice.algo;
-  if (args.compress.blockSize > 0) {
-    if (algo == AlgoId::Hierarchical) buildHierarchicalCompressedAllReduce(topo_, args, args.compress.blockSize, out);
-    else buildCompressedAllReduce(topo_, args, args.compress.blockSize, out);
-    return;
-  }
-  switch (args.kind) {
-    case CollKind::AllReduce:
-      switch (algo) {
-        case AlgoId::Direct: {
-          DirectOptions options;
-          options.windowHalfBytes = plannerInputs_.windowHalfBytes;
-          options.reduceAllBelowBytes = choice.reduceAllBelowBytes;
-          buildDirectAllReduce(topo_, args, options, out);
-          break;
-        }
-        case AlgoId::Tree: buildDoubleBinaryTreeAllReduce(topo_, args, out); break;
-        case AlgoId::RecursiveDoubling: buildRecursiveDoublingAllReduce(topo_, args, out); break;
-        case AlgoId::Rabenseifner: buildRabenseifnerAllReduce(topo_, args, out); break;
-        case AlgoId::Torus: buildTorusAllReduce(topo_, args, choice.options.torus, out); break;
-        case AlgoId::Hierarchical: buildHierarchicalAllReduce(topo_, args, choice.options, out); break;
-        case AlgoId::TwoShot: buildCompressedAllReduce(topo_, args, args.compress.blockSize, out); break;
-        default: buildRingAllReduce(topo_, args, out, choice.options.channels); break;
-      }
-      break;
-    case CollKind::Broadcast:
-      if (algo == AlgoId::Tree) buildTreeBroadcast(topo_, args, out);
-      else if (algo == AlgoId::Hierarchical) buildHierarchicalBroadcast(topo_, args, out);
-      else buildRingBroadcast(topo_, args, out);
-      break;
-    case CollKind::Reduce:
-      if (algo == AlgoId::Tree) buildTreeReduce(topo_, args, out);
-      else buildRingReduce(topo_, args, out);
-      break;
-    case CollKind::AllGather:
-      if (algo == AlgoId::Bruck) buildBruckAllGather(topo_, args, out);
-      else if (algo == AlgoId::Hierarchical) buildHierarchicalAllGather(topo_, args, out);
-      else if (algo == AlgoId::Direct) buildDirectAllGather(topo_, args, DirectOptions{plannerInputs_.windowHalfBytes, 0}, out);
-      else buildRingAllGather(topo_, args, out);
-      break;
-    case CollKind::ReduceScatter:
-      if (algo == AlgoId::Hierarchical) {
-        buildHierarchicalReduceScatter(topo_, args, out);
-      } else if (algo == AlgoId::Direct) {
-        DirectOptions options;
-        options.windowHalfBytes = plannerInputs_.windowHalfBytes;
-        buildDirectReduceScatter(topo_, args, options, out);
-      } else {
-        buildRingReduceScatter(topo_, args, out);
-      }
-      break;
-    case CollKind::AlltoAll: buildPairwiseAlltoAll(topo_, args, out); break;
-    case CollKind::Gather: buildLinearGather(topo_, args, out); break;
-    case CollKind::Scatter: buildLinearScatter(topo_, args, out); break;
-    case CollKind::Barrier: buildDisseminationBarrier(topo_, out); break;
-    case CollKind::Send:
-    case CollKind::Recv:
-      return;  // point-to-point calls go through pointToPoint()
-  }
+  if (args.kind == CollKind::Send || args.kind == CollKind::Recv) return;  // point-to-point calls go through pointToPoint()
+  const BuildRequest request{topo_, args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
+  algorithm(choice.algo).build(request, out);
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 

@@ -81,7 +81,7 @@ const CollKind kKinds[] = {CollKind::AllReduce, CollKind::Broadcast, CollKind::R
 double bestModelled(const PlannerInputs& in, CollKind kind, uint64_t bytes, uint64_t count, AlgoId* bestAlgo) {
   double best = -1;
   const AlgoMask mask = in.allowed[static_cast<int>(kind)] & candidateAlgos(kind);
-  for (int i = 0; i < kAlgoCount; ++i) {
+  for (int i = 0; i < algoCount(); ++i) {
     const AlgoId a = static_cast<AlgoId>(i);
     if ((mask & algoBit(a)) == 0 || !algoApplicable(in, kind, a)) continue;
     const double t = predictAlgo(in, kind, a, bytes, count).seconds;
