@@ -66,7 +66,7 @@ inline bool planAlone(const Topology& topo, uint64_t count, Schedule* s) {
   return true;
 }
 
-// Compressed All-Reduce, "two-shot" (issue 6): every rank quantizes each other rank's shard once
+// Compressed All-Reduce, "two-shot": every rank quantizes each other rank's shard once
 // (error feedback from the Residual buffer) and sends it to the shard's owner; the owner
 // dequantizes and sums in float32 (its own shard at full precision), averages for collAvg, adds
 // its residual, requantizes once and sends the result to every rank; every rank, the owner
@@ -88,7 +88,7 @@ void buildHierarchicalCompressedAllReduce(const Topology& topo, const CollArgs& 
 // channels == 2 runs half the data each way round the ring (uses both directions of every link).
 void buildRingAllReduce(const Topology& topo, const CollArgs& args, Schedule* out, int32_t channels = 1);
 
-// ---- algorithms for scale (issue #4). All correct for any rank count; collAvg divides once, so
+// ---- algorithms for scale. All correct for any rank count; collAvg divides once, so
 // every rank ends with bit-identical results.
 
 // Recursive doubling: ceil(log2 p) exchanges of the whole vector (non-powers of two: the first
@@ -164,7 +164,7 @@ void buildDirectAllGather(const Topology& topo, const CollArgs& args, const Dire
 using DirectAllGatherShape = DirectReduceScatterShape;
 DirectAllGatherShape directAllGatherShape(uint64_t count, uint64_t elemBytes, uint64_t windowHalfBytes);
 
-// ---- the other collectives (issue #3). Each builder takes NCCL's per-collective count (see
+// ---- the other collectives. Each builder takes NCCL's per-collective count (see
 // CollKind) and turns collAvg into collSum + Divide where it reduces. Builders that talk to a
 // root take args.root; every rank's schedule of one call must agree on the transfers between
 // every pair (the stream order rule of schedule.h).

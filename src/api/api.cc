@@ -494,7 +494,7 @@ collResult_t collCommUserRank(const collComm_t comm, int* rank) {
   return collSuccess;
 }
 
-// ---- fault tolerance (issue 8; collCommShrink lives elsewhere) -----------------------------------
+// ---- fault tolerance (collCommShrink lives in src/comm/shrink.cc) -------------------------------
 
 collResult_t collCommGetFailedRanks(collComm_t comm, int* ranks, int maxRanks, int* count) {
   if (count == nullptr) return report(makeError(collInvalidArgument, "count is NULL"));

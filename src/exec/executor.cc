@@ -776,7 +776,7 @@ WaitPolicy waitPolicyFor(int machineRanks) {
   // cores it takes are the ones the kernel's TCP work and the peers with data need. On 2 cores,
   // 8 ranks as 4 emulated nodes x 2 at 1 Gbit/s, 512 B All-Reduce: recursive doubling 1588 us
   // with 20 polls before yielding, 826 us with none; 2 x 4, tree: 628 us and 407 us; 1 x 8
-  // (shared memory) and 16 MiB alike (2026-12-02).
+  // (shared memory) and 16 MiB alike.
   if (cpus > 0 && machineRanks > cpus) policy.spins = 0;
   if (kSpinCount.raw()) policy.spins = static_cast<uint64_t>(std::max<int64_t>(0, kSpinCount.get()));
   if (kYieldCount.raw()) policy.yields = static_cast<uint64_t>(std::max<int64_t>(0, kYieldCount.get()));

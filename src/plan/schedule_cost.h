@@ -55,7 +55,7 @@ struct LinkParams {
   double bytesPerSecond = 1;
 };
 struct LinkModel {
-  // Indexed by LinkClass; the defaults are issue 4's: 1 us and 200 GB/s per rank inside a node,
+  // Indexed by LinkClass; the defaults describe a GPU cluster: 1 us and 200 GB/s per rank inside a node,
   // 5 us and 50 GB/s per rank across nodes.
   LinkParams link[kLinkClasses] = {{1e-6, 200e9}, {5e-6, 50e9}};
   double memoryBytesPerSecond = 200e9;  // local Copy / Reduce / Divide

@@ -165,10 +165,10 @@ TEST(Planner, NicsPerHostDecideWhatCrossingRanksShare) {
   EXPECT_EQ(f.in.shape.ranksPerNic, 1);
 }
 
-// Issue 4's cluster (8 per node; 1 us, 200 GB/s inside; 5 us, 50 GB/s per rank across), pure model.
+// A GPU cluster (8 per node; 1 us, 200 GB/s inside; 5 us, 50 GB/s per rank across), pure model.
 TEST(Planner, PerRankNicsMakeHierarchicalTheChoiceForLargeCallsAt102400Ranks) {
   Fixture f(102400, 8, true);
-  f.links(Links{"issue4", {1e-6, 1 / 200e9}, {5e-6, 1 / 50e9}, 1 / 200e9});
+  f.links(Links{"gpu-cluster", {1e-6, 1 / 200e9}, {5e-6, 1 / 50e9}, 1 / 200e9});
   f.in.implementationFactors = false;
   f.nics(0);
   for (bool overlap : {true, false}) {
