@@ -13,7 +13,7 @@
 namespace coll {
 
 const StringKnob kAlgo("COLL_ALGO", "",
-                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: ring, direct, tree, recdoubling, rabenseifner, torus, hier, bruck, pairwise, linear, dissemination. A filter that leaves a collective nothing that can run is an error at init.",
+                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: the names collinfo lists (the algorithm registry: ring, tree, direct, hier, ...). A filter that leaves a collective nothing that can run is an error at init.",
                        {KnobSection::PlannerExecutor, 10});
 const StringKnob kTorusDims("COLL_TORUS_DIMS", "",
                             "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per host x hosts, else the most balanced factorisation).",
