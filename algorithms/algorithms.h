@@ -130,8 +130,7 @@ struct DirectOptions {
   uint64_t windowHalfBytes = 0;      // bytes of each rank's window half
   uint64_t reduceAllBelowBytes = 0;  // every rank reduces everything below this size
 };
-void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const DirectOptions& options,
-                          Schedule* out);
+void buildDirectAllReduce(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out);
 // Largest message (bytes) one direct call can carry with this window half.
 uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize);
 
@@ -141,8 +140,7 @@ uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize);
 // window run as rounds inside the one schedule, two buffers of regions alternating, so a rank
 // copies round k+1 while its peers still read round k; a marker step per round (published) says
 // "my copies of round k and my reduction of round k-1 are done". Uses options.windowHalfBytes.
-void buildDirectReduceScatter(const Topology& topo, const CollArgs& args, const DirectOptions& options,
-                              Schedule* out);
+void buildDirectReduceScatter(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out);
 // How a direct Reduce-Scatter of `count` elements per rank cuts into rounds (rounds 0: count 0).
 struct DirectReduceScatterShape {
   uint64_t rounds = 0;

@@ -86,7 +86,8 @@ void buildDirectAllGather(const Topology& topo, const CollArgs& args, const Dire
       // Every peer reads this buffer: its marker of round k-1 comes after its reads of round
       // k-2, the last reads of this buffer.
       for (int32_t j = 0; j < l; ++j) {
-        if (j != me) s.addDep(ci, peerMarkerDep(peerOf(j), static_cast<int32_t>((k - 1) % static_cast<uint64_t>(slots)), k));
+        if (j != me)
+          s.addDep(ci, peerMarkerDep(peerOf(j), static_cast<int32_t>((k - 1) % static_cast<uint64_t>(slots)), k));
       }
     }
     // The round's marker: touches no memory and completes once this rank's copy of round k and

@@ -134,7 +134,8 @@ constexpr uint64_t kReduceAllBelowBytes = 16 * 1024;
 bool directApplies(const ModelInputs& in, CollKind kind, std::string* why) {
   const Topology& t = *in.topo;
   if (!in.haveWindows) {
-    return notApplicable(why, [] { return std::string("direct needs shared-memory windows (not with COLL_TRANSPORT=tcp)"); });
+    return notApplicable(
+        why, [] { return std::string("direct needs shared-memory windows (not with COLL_TRANSPORT=tcp)"); });
   }
   if (!t.singleHost()) {
     return notApplicable(why, [&] {
@@ -143,13 +144,18 @@ bool directApplies(const ModelInputs& in, CollKind kind, std::string* why) {
   }
   if (t.nranks < 2) return notApplicable(why, [] { return std::string("direct needs two ranks or more"); });
   if (in.directLimit == 0) {
-    return notApplicable(why, [] { return std::string("direct needs a window (COLL_SHM_WINDOW_BYTES, COLL_DIRECT_MAX_BYTES)"); });
+    return notApplicable(
+        why, [] { return std::string("direct needs a window (COLL_SHM_WINDOW_BYTES, COLL_DIRECT_MAX_BYTES)"); });
   }
   if (kind == CollKind::ReduceScatter && in.windowHalfBytes / (2 * static_cast<uint64_t>(t.nranks - 1)) < 64) {
-    return notApplicable(why, [] { return std::string("direct reducescatter needs 128 window bytes per peer (COLL_SHM_WINDOW_BYTES)"); });
+    return notApplicable(why, [] {
+      return std::string("direct reducescatter needs 128 window bytes per peer (COLL_SHM_WINDOW_BYTES)");
+    });
   }
   if (kind == CollKind::AllGather && in.windowHalfBytes < 128) {
-    return notApplicable(why, [] { return std::string("direct allgather needs a window half of 128 bytes or more (COLL_SHM_WINDOW_BYTES)"); });
+    return notApplicable(why, [] {
+      return std::string("direct allgather needs a window half of 128 bytes or more (COLL_SHM_WINDOW_BYTES)");
+    });
   }
   return true;
 }
@@ -196,7 +202,8 @@ Status directShapeCall(const ModelInputs& in, const CollArgs& args, CallShape* o
   if (args.kind != CollKind::AllReduce) return okStatus();
   const uint64_t es = dataTypeSize(args.dtype);
   out->reduceAllBelowBytes = kReduceAllBelowBytes;
-  if (in.directLimit < es) return makeError(collInvalidUsage, "COLL_SHM_WINDOW_BYTES is too small for even one element");
+  if (in.directLimit < es)
+    return makeError(collInvalidUsage, "COLL_SHM_WINDOW_BYTES is too small for even one element");
   if (args.count * es > in.directLimit) out->roundElems = in.directLimit / es;
   return okStatus();
 }

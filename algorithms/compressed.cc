@@ -139,8 +139,7 @@ void buildCompressedAllReduce(const Topology& topo, const CollArgs& args, int bl
   Schedule& s = *out;
   beginCompressed("compressed(two-shot)", topo, args, blockSize, &s);
   if (planAlone(topo, args.count, &s)) return;
-  addCompressedTwoShot(allRanksGroup(topo), sendAt(0), recvAt(0), 0, args.count, blockSize, -1,
-                       args.op == collAvg, &s);
+  addCompressedTwoShot(allRanksGroup(topo), sendAt(0), recvAt(0), 0, args.count, blockSize, -1, args.op == collAvg, &s);
   s.finalizePeers();
 }
 
@@ -277,7 +276,8 @@ double twoShotCompressedModel(const ModelInputs& in, const CollArgs& args) {
 }
 
 bool twoShotApplies(const ModelInputs& /*in*/, CollKind /*kind*/, std::string* why) {
-  return notApplicable(why, [] { return std::string("twoshot runs compressed All-Reduce only (collAllReduceCompressed)"); });
+  return notApplicable(why,
+                       [] { return std::string("twoshot runs compressed All-Reduce only (collAllReduceCompressed)"); });
 }
 
 Candidate noPlainModel(const ModelInputs& /*in*/, CollKind /*kind*/, uint64_t /*bytes*/, uint64_t /*count*/) {
@@ -298,7 +298,8 @@ double hierarchicalCompressedModel(const ModelInputs& in, const CollArgs& args) 
   const double H = t.nhosts, L = in.shape.maxLocal;
   const double es = static_cast<double>(dataTypeSize(args.dtype));
   const double n = static_cast<double>(args.count);
-  const double intra = 2 * (L - 1) * in.intraHost.alpha + 2 * (L - 1) / L * n * es * in.intraHost.beta + n * es * in.gamma;
+  const double intra =
+      2 * (L - 1) * in.intraHost.alpha + 2 * (L - 1) / L * n * es * in.intraHost.beta + n * es * in.gamma;
   return intra + twoShotTime(in, H, n / L, quantizedBytes(args, n) / L, in.shape.ranksPerNic, in.interHost);
 }
 

@@ -62,7 +62,9 @@ std::vector<int32_t> ringReduceScatterPieces(const RankGroup& g, int32_t pieces,
   const int64_t m = g.me;
   const int32_t right = g.at(m + 1), left = g.at(m - 1);
   auto chunk = [&](int64_t c) { return static_cast<int32_t>(((c % n) + n) % n); };
-  auto ready = [&](int32_t c, int32_t b) { return inReady.empty() ? -1 : inReady[static_cast<size_t>(c) * pieces + b]; };
+  auto ready = [&](int32_t c, int32_t b) {
+    return inReady.empty() ? -1 : inReady[static_cast<size_t>(c) * pieces + b];
+  };
   std::vector<int32_t> prev(static_cast<size_t>(pieces), -1);
   std::vector<int32_t> sendOf(static_cast<size_t>(n) * pieces, -1);  // [step * pieces + piece]
   for (int32_t k = 0; k + 1 < n; ++k) {
@@ -316,8 +318,7 @@ void buildHierarchicalReduceScatter(const Topology& topo, const CollArgs& args, 
     for (int32_t c = 0; c < perHost; ++c) g.ranks.push_back(h * perHost + c);
     g.me = l;
     own = ringReduceScatterPieces(
-        g, nhosts, count,
-        [&](int32_t c, int32_t b) { return sendAt(static_cast<uint64_t>(b * perHost + c) * blk); },
+        g, nhosts, count, [&](int32_t c, int32_t b) { return sendAt(static_cast<uint64_t>(b * perHost + c) * blk); },
         [&](int32_t k, int32_t b) {
           return scratchAt(stage1Slots + (static_cast<uint64_t>(k % slots1) * nhosts + b) * blk);
         },
@@ -443,7 +444,8 @@ bool hierarchicalApplies(const ModelInputs& in, CollKind kind, std::string* why)
   }
   if (kind != CollKind::AllReduce && !in.shape.uniformBlocks) {
     return notApplicable(why, [&] {
-      return std::string("hier ") + collKindName(kind) + " needs the same number of ranks on every host, numbered in host blocks";
+      return std::string("hier ") + collKindName(kind) +
+             " needs the same number of ranks on every host, numbered in host blocks";
     });
   }
   return true;
@@ -533,8 +535,7 @@ std::string hierarchicalOptions(const AlgoOptions& options) {
 
 }  // namespace
 
-Candidate hierarchicalModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t count,
-                            AlgoId onlyInter) {
+Candidate hierarchicalModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64_t count, AlgoId onlyInter) {
   const PlannerShape& sh = in.shape;
   const Topology& t = *in.topo;
   const double n = static_cast<double>(bytes);
@@ -544,12 +545,12 @@ Candidate hierarchicalModel(const ModelInputs& in, CollKind kind, uint64_t bytes
   switch (kind) {
     case CollKind::Broadcast:
       // Chains across hosts, then inside each host, slices streaming through both.
-      c.seconds = pipelined(in, (H - 1) + (L - 1), n,
-                            [&](double s) {
-                              return std::max(in.interHost.alpha + s * in.interHost.beta,
-                                              in.intraHost.alpha + s * in.intraHost.beta);
-                            },
-                            &c.sliceBytes);
+      c.seconds = pipelined(
+          in, (H - 1) + (L - 1), n,
+          [&](double s) {
+            return std::max(in.interHost.alpha + s * in.interHost.beta, in.intraHost.alpha + s * in.intraHost.beta);
+          },
+          &c.sliceBytes);
       return c;
     case CollKind::AllGather:
       c.seconds = (H - 1) * sh.ranksPerNic * (in.interHost.alpha + n * in.interHost.beta) +
@@ -578,11 +579,11 @@ Candidate hierarchicalModel(const ModelInputs& in, CollKind kind, uint64_t bytes
     // their model on the bytes: unscaled, hierarchical with the torus over 2 x 2 hosts (fewer
     // steps than the ring, the same bytes) was chosen at 16 MiB on 4 x 2 emulated hosts in some
     // launches and ran 1.14-1.26x the ring's 220 ms, and with Rabenseifner at 2 MiB 1.1-1.3x.
-    const double tx = withImplementationFactor(in, algorithm(x).allReduceFactor,
-                                               interHostAllReduce(in, x, m, flows, &slice), [&] {
-                                                 uint64_t unused = 0;
-                                                 return interHostAllReduce(in, x, 0, flows, &unused);
-                                               });
+    const double tx =
+        withImplementationFactor(in, algorithm(x).allReduceFactor, interHostAllReduce(in, x, m, flows, &slice), [&] {
+          uint64_t unused = 0;
+          return interHostAllReduce(in, x, 0, flows, &unused);
+        });
     if (best < 0 || tx < best) {
       best = tx;
       c.options.interHost = x;

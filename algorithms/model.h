@@ -45,23 +45,23 @@ struct StepLoad {
 // What the model needs of the communicator's shape, derived once by finalizePlannerInputs.
 struct PlannerShape {
   int32_t maxLocal = 1;
-  int32_t ranksPerNic = 1;             // the most ranks of a host that share one NIC
+  int32_t ranksPerNic = 1;  // the most ranks of a host that share one NIC
   bool uniformBlocks = false;
-  bool hierPossible = false;           // > 1 host and some host with > 1 rank
-  StepLoad ring;                       // flat ring in rank order (also chains and ring all-gather)
-  double ringInterFraction = 0;        // share of the ring's hops that cross hosts
-  int32_t core = 1;                    // recursive doubling/halving: p' = largest power of two <= p
-  StepLoad fold;                       // the first 2(p - p') ranks pairing up (p' < p)
-  std::vector<StepLoad> pairSteps;     // step k: core members at distance 2^k
-  std::vector<StepLoad> binomial;      // binomial tree from rank 0, round k: i -> i + 2^k
-  std::vector<StepLoad> bruck;         // Bruck round k: r -> r - 2^k
-  int32_t treeHeight = 0;              // double binary tree over the hosts (or ranks on one host)
-  bool torusOk = false;                // a grid with >= 2 dims > 1, or dims forced and valid
+  bool hierPossible = false;        // > 1 host and some host with > 1 rank
+  StepLoad ring;                    // flat ring in rank order (also chains and ring all-gather)
+  double ringInterFraction = 0;     // share of the ring's hops that cross hosts
+  int32_t core = 1;                 // recursive doubling/halving: p' = largest power of two <= p
+  StepLoad fold;                    // the first 2(p - p') ranks pairing up (p' < p)
+  std::vector<StepLoad> pairSteps;  // step k: core members at distance 2^k
+  std::vector<StepLoad> binomial;   // binomial tree from rank 0, round k: i -> i + 2^k
+  std::vector<StepLoad> bruck;      // Bruck round k: r -> r - 2^k
+  int32_t treeHeight = 0;           // double binary tree over the hosts (or ranks on one host)
+  bool torusOk = false;             // a grid with >= 2 dims > 1, or dims forced and valid
   TorusDims torus;
-  std::vector<StepLoad> torusDims;     // per dimension: both directions of its rings
+  std::vector<StepLoad> torusDims;         // per dimension: both directions of its rings
   std::vector<double> torusInterFraction;  // per dimension: share of its hops that cross hosts
-  std::string torusProblem;            // why torus cannot apply
-  TorusDims hostTorus;                 // hierarchical's inter-host torus (over hosts)
+  std::string torusProblem;                // why torus cannot apply
+  TorusDims hostTorus;                     // hierarchical's inter-host torus (over hosts)
   bool hostTorusOk = false;
   // The most oversubscribed machine (Topology::setMachines): its index, ranks, CPUs (0 = none:
   // every machine has a CPU per rank, or its CPUs are unknown) and the hosts it holds.
@@ -83,7 +83,7 @@ struct ModelInputs {
   // i * nics / ranks-on-host. 1 = one link shared by all of a host's ranks (what the probe sees
   // on an emulated cluster); 0 = one per rank (a NIC per accelerator, as GPU clusters are built).
   int32_t nicsPerHost = 1;
-  double gamma = kDefaultGamma;            // seconds per byte of local reduction or memory pass
+  double gamma = kDefaultGamma;  // seconds per byte of local reduction or memory pass
   // Scale predictions by how much slower than the model each implementation ran on the machine
   // it was calibrated on (AlgorithmDescriptor::allReduceFactor); false = the pure model (what-if
   // tables for other clusters).
@@ -92,11 +92,11 @@ struct ModelInputs {
   // model's assumption) or take the same CPU time the copies do (host buffers on CPU cores, as
   // the emulated cluster that calibrated the factors above): All-Reduce rounds then add them.
   bool reductionOverlaps = false;
-  std::string torusDims;         // COLL_TORUS_DIMS ("" = derived)
-  uint64_t directMaxBytes = 0;   // COLL_DIRECT_MAX_BYTES (0 = window bound)
-  uint64_t sliceBytes = 0;       // COLL_SLICE_BYTES when set explicitly: the planner keeps it
+  std::string torusDims;        // COLL_TORUS_DIMS ("" = derived)
+  uint64_t directMaxBytes = 0;  // COLL_DIRECT_MAX_BYTES (0 = window bound)
+  uint64_t sliceBytes = 0;      // COLL_SLICE_BYTES when set explicitly: the planner keeps it
   // Derived by finalizePlannerInputs:
-  uint64_t directLimit = 0;      // largest direct call in bytes
+  uint64_t directLimit = 0;  // largest direct call in bytes
   PlannerShape shape;
 };
 
@@ -191,7 +191,8 @@ double streamedPipeline(const ModelInputs& in, double bytes, Fill fill, Busy bus
 template <typename ChunkTime>
 double pipelined(const ModelInputs& in, int64_t depth, double bytes, ChunkTime chunkTime, uint64_t* sliceOut) {
   const double stages = static_cast<double>(std::max<int64_t>(depth, 1));
-  return streamedPipeline(in, bytes, [&](double s) { return stages * chunkTime(s); }, chunkTime, sliceOut);
+  return streamedPipeline(
+      in, bytes, [&](double s) { return stages * chunkTime(s); }, chunkTime, sliceOut);
 }
 
 // `steps` steps of `chunk` bytes per transfer, slices streaming through each (model.cc);

@@ -203,7 +203,8 @@ Candidate ringModel(const ModelInputs& in, CollKind kind, uint64_t bytes, uint64
     case CollKind::Broadcast:
     case CollKind::Reduce: {
       const double red = kind == CollKind::Reduce ? g : 0;
-      c.seconds = pipelined(in, p - 1, n, [&](double s) { return stepCost(in, sh.ring, s) + s * red; }, &c.sliceBytes);
+      c.seconds = pipelined(
+          in, p - 1, n, [&](double s) { return stepCost(in, sh.ring, s) + s * red; }, &c.sliceBytes);
       break;
     }
     case CollKind::AllGather: c.seconds = (p - 1) * stepCost(in, sh.ring, n); break;

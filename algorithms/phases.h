@@ -105,8 +105,7 @@ void addRingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, b
 // slice; the roots divide when `divide`.
 void addDoubleBinaryTreeAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, Schedule* s);
 // Recursive doubling / Rabenseifner All-Reduce over the group's members (any group size).
-void addRecursiveDoublingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide,
-                                   Schedule* s);
+void addRecursiveDoublingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, Schedule* s);
 void addRabenseifnerAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, Schedule* s);
 
 // ---- torus phase (torus.cc): All-Reduce over the group as a grid with `dims` (product = group

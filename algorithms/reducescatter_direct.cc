@@ -32,8 +32,7 @@ DirectReduceScatterShape directReduceScatterShape(uint64_t count, uint64_t elemB
   return sh;
 }
 
-void buildDirectReduceScatter(const Topology& topo, const CollArgs& args, const DirectOptions& options,
-                              Schedule* out) {
+void buildDirectReduceScatter(const Topology& topo, const CollArgs& args, const DirectOptions& options, Schedule* out) {
   Schedule& s = *out;
   s.begin("direct", args.dtype, args.op, static_cast<uint64_t>(topo.nranks));
   if (planAlone(topo, args.count, &s)) return;

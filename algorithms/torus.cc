@@ -185,8 +185,8 @@ void addTorusAllReduce(const RankGroup& g, const TorusDims& dims, const PhaseSpa
       st.rs = addRingReduceScatter(line[i], st.cur, st.gate, st.reverse, divide && a + 1 == nactive, s);
       track(st, from);
       // This member now owns chunk coord[i] of cur, reduced over the line, in out.
-      PhaseSpan next = subSpan(st.cur, partStart(st.cur.count, grid.d[i], coord[i]),
-                               partCount(st.cur.count, grid.d[i], coord[i]));
+      PhaseSpan next =
+          subSpan(st.cur, partStart(st.cur.count, grid.d[i], coord[i]), partCount(st.cur.count, grid.d[i], coord[i]));
       next.in = next.out;
       st.cur = next;
     }

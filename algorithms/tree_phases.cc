@@ -122,8 +122,7 @@ struct TreeResult {
 // trees' reductions come before both trees' broadcasts: every per-peer stream then carries
 // reduce traffic before broadcast traffic, which both ends agree on and which no reduction can
 // wait behind, so the trees run concurrently on links they share without deadlock.
-TreeResult addDoubleTree(const RankGroup& g, const PhaseSpan& span, int32_t gate, Ready in, bool divide,
-                         Schedule* s) {
+TreeResult addDoubleTree(const RankGroup& g, const PhaseSpan& span, int32_t gate, Ready in, bool divide, Schedule* s) {
   TreeResult res;
   const int32_t n = g.size();
   if (n == 1) {
@@ -213,8 +212,7 @@ void addDoubleBinaryTreeAllReduce(const RankGroup& g, const PhaseSpan& span, int
   (void)addDoubleTree(g, span, gate, Ready{}, divide, s);
 }
 
-void addRecursiveDoublingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide,
-                                   Schedule* s) {
+void addRecursiveDoublingAllReduce(const RankGroup& g, const PhaseSpan& span, int32_t gate, bool divide, Schedule* s) {
   if (span.count == 0) return;
   const CoreLayout l = coreLayout(g.size());
   if (l.n == 1) {
@@ -479,7 +477,9 @@ Candidate recursiveDoublingModel(const ModelInputs& in, CollKind kind, uint64_t 
   return c;
 }
 
-void recursiveDoublingBuild(const BuildRequest& r, Schedule* out) { buildRecursiveDoublingAllReduce(r.topo, r.args, out); }
+void recursiveDoublingBuild(const BuildRequest& r, Schedule* out) {
+  buildRecursiveDoublingAllReduce(r.topo, r.args, out);
+}
 
 // The share of the p' core members that send in Rabenseifner's round at mask m (halving and
 // doubling alike): a member sends an aligned block of m of the p' parts, and with fewer elements

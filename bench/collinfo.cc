@@ -40,8 +40,9 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--markdown") == 0) {
       markdown = true;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: collinfo [--markdown]\n  prints version, SIMD level and all environment knobs\n"
-             "  --markdown  the knob table for docs/KNOBS.md\n");
+      printf(
+          "usage: collinfo [--markdown]\n  prints version, SIMD level and all environment knobs\n"
+          "  --markdown  the knob table for docs/KNOBS.md\n");
       return 0;
     } else {
       fprintf(stderr, "collinfo: unknown argument %s (see --help)\n", argv[i]);
@@ -77,7 +78,9 @@ int main(int argc, char** argv) {
     printf("  %-24s %-6s default=%-8s %s%s\n", k->name(), typeName(k->type()),
            k->defaultValue()[0] ? k->defaultValue() : "-", raw ? "value=" : "",
            // The job secret is never printed: collinfo output lands in logs and bug reports.
-           !raw ? "" : std::string(k->name()) == "COLL_COMM_SECRET" ? "(set, hidden)" : raw->c_str());
+           !raw                                           ? ""
+           : std::string(k->name()) == "COLL_COMM_SECRET" ? "(set, hidden)"
+                                                          : raw->c_str());
     printf("      %s%s\n", k->foreign() ? "(set by launchers) " : "", k->doc());
   }
   return 0;

@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string commId = addr.find(':') != std::string::npos ? "[" + addr + "]:" + std::to_string(port)
-                                                             : addr + ":" + std::to_string(port);
+                                                           : addr + ":" + std::to_string(port);
   if (!writeSecretFile(&secretPath, &error)) {
     fprintf(stderr, "collrun: %s\n", error.c_str());
     return 2;

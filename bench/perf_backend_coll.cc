@@ -73,21 +73,11 @@ bool CollBackend::issue(const CollCall& c, collStream_t stream, std::string* err
                 ? collAllReduceCompressed(c.send, c.recv, c.count, c.type, op, c.compress, c.residual, comm_, stream)
                 : collAllReduce(c.send, c.recv, c.count, c.type, op, comm_, stream);
       break;
-    case PerfColl::AllGather:
-      res = collAllGather(c.send, c.recv, c.count, c.type, comm_, stream);
-      break;
-    case PerfColl::ReduceScatter:
-      res = collReduceScatter(c.send, c.recv, c.count, c.type, op, comm_, stream);
-      break;
-    case PerfColl::Broadcast:
-      res = collBroadcast(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
-      break;
-    case PerfColl::Reduce:
-      res = collReduce(c.send, c.recv, c.count, c.type, op, c.root, comm_, stream);
-      break;
-    case PerfColl::AlltoAll:
-      res = collAlltoAll(c.send, c.recv, c.count, c.type, comm_, stream);
-      break;
+    case PerfColl::AllGather: res = collAllGather(c.send, c.recv, c.count, c.type, comm_, stream); break;
+    case PerfColl::ReduceScatter: res = collReduceScatter(c.send, c.recv, c.count, c.type, op, comm_, stream); break;
+    case PerfColl::Broadcast: res = collBroadcast(c.send, c.recv, c.count, c.type, c.root, comm_, stream); break;
+    case PerfColl::Reduce: res = collReduce(c.send, c.recv, c.count, c.type, op, c.root, comm_, stream); break;
+    case PerfColl::AlltoAll: res = collAlltoAll(c.send, c.recv, c.count, c.type, comm_, stream); break;
     case PerfColl::SendRecv: {
       // nccl-tests' ring: send to the right, receive from the left, both in one group.
       res = collGroupStart();
@@ -99,12 +89,8 @@ bool CollBackend::issue(const CollCall& c, collStream_t stream, std::string* err
       }
       break;
     }
-    case PerfColl::Gather:
-      res = collGather(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
-      break;
-    case PerfColl::Scatter:
-      res = collScatter(c.send, c.recv, c.count, c.type, c.root, comm_, stream);
-      break;
+    case PerfColl::Gather: res = collGather(c.send, c.recv, c.count, c.type, c.root, comm_, stream); break;
+    case PerfColl::Scatter: res = collScatter(c.send, c.recv, c.count, c.type, c.root, comm_, stream); break;
   }
   if (res != collSuccess) *error = collErrorText(res, comm_);
   if (c.op == kPreMulSum && stream != nullptr && res == collSuccess) {

@@ -39,13 +39,14 @@ bool resultMatches(const CollCall& c, const void* buf, size_t i, int rank, int n
     case PerfColl::AllReduce:
     case PerfColl::Reduce: return loadElement(buf, i, c.type) == expectedElement(c.type, c.op, nranks, j);
     case PerfColl::ReduceScatter:
-      return loadElement(buf, i, c.type) == expectedElement(c.type, c.op, nranks, static_cast<size_t>(rank) * c.count + j);
+      return loadElement(buf, i, c.type) ==
+             expectedElement(c.type, c.op, nranks, static_cast<size_t>(rank) * c.count + j);
     case PerfColl::AllGather:
     case PerfColl::Gather: return patternMatches(buf, i, elt, static_cast<int>(j / c.count), j, seed);
     case PerfColl::Broadcast: return patternMatches(buf, i, elt, c.root, j, seed);
     case PerfColl::AlltoAll:
-      return patternMatches(buf, i, elt, static_cast<int>(j / c.count), static_cast<size_t>(rank) * c.count + j % c.count,
-                            seed);
+      return patternMatches(buf, i, elt, static_cast<int>(j / c.count),
+                            static_cast<size_t>(rank) * c.count + j % c.count, seed);
     case PerfColl::SendRecv: return patternMatches(buf, i, elt, (rank - 1 + nranks) % nranks, j, seed);
     case PerfColl::Scatter: return patternMatches(buf, i, elt, c.root, static_cast<size_t>(rank) * c.count + j, seed);
   }

@@ -61,16 +61,16 @@ struct CollCall {
 
 // The call with NCCL's pointers for `inPlace` over buffers of at least shape.extent() elements
 // (sendBuf is not used in place).
-CollCall makeCall(PerfColl coll, const CollShape& shape, collDataType_t type, collRedOp_t op, int root,
-                  int rank, bool inPlace, void* sendBuf, void* recvBuf);
+CollCall makeCall(PerfColl coll, const CollShape& shape, collDataType_t type, collRedOp_t op, int root, int rank,
+                  bool inPlace, void* sendBuf, void* recvBuf);
 
 // Fills the inputs of `rank` and poisons the rest of recvBuf's extent, so a result that was not
 // written, written to the wrong place or computed from the wrong data is caught.
-void prepareCheck(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace,
-                  void* sendBuf, void* recvBuf, uint64_t seed);
+void prepareCheck(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace, void* sendBuf,
+                  void* recvBuf, uint64_t seed);
 // Checks every element of recvBuf's extent (result, untouched input, untouched poison) and, out of
 // place, the send buffer. Returns the number of wrong elements; describes the first.
-size_t checkCall(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace,
-                 const void* sendBuf, const void* recvBuf, uint64_t seed, std::string* firstError);
+size_t checkCall(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace, const void* sendBuf,
+                 const void* recvBuf, uint64_t seed, std::string* firstError);
 
 }  // namespace coll::perf

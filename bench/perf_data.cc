@@ -57,8 +57,7 @@ int64_t inputValue(collDataType_t t, collRedOp_t op, int r, int n, size_t i) {
       return v;
     }
     case collMax:
-    case collMin:
-      return static_cast<int64_t>((r * 7 + ii * 13) % 11) - (isUnsigned(t) ? 0 : 5);
+    case collMin: return static_cast<int64_t>((r * 7 + ii * 13) % 11) - (isUnsigned(t) ? 0 : 5);
     case collAvg: {
       if (!isFloatType(t)) {
         if (byteType) return static_cast<int64_t>((r + ii) % 3) - (isUnsigned(t) ? 0 : 1);
@@ -72,8 +71,7 @@ int64_t inputValue(collDataType_t t, collRedOp_t op, int r, int n, size_t i) {
       if (r % 2 == 1) delta = -1;
       return base + delta;
     }
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -172,14 +170,16 @@ bool parseType(const std::string& s, collDataType_t* out) {
     const char* text;
     collDataType_t type;
   };
-  static const Name names[] = {{"int8", collInt8},       {"char", collInt8},        {"uint8", collUint8},
-                               {"int32", collInt32},     {"int", collInt32},        {"uint32", collUint32},
-                               {"int64", collInt64},     {"uint64", collUint64},    {"half", collFloat16},
-                               {"float16", collFloat16}, {"float", collFloat32},    {"float32", collFloat32},
-                               {"double", collFloat64},  {"float64", collFloat64},  {"bfloat16", collBfloat16},
-                               {"bf16", collBfloat16},    {"f8e4m3", collFloat8e4m3},
-                               {"float8e4m3", collFloat8e4m3}, {"f8e5m2", collFloat8e5m2},
-                               {"float8e5m2", collFloat8e5m2}};
+  static const Name names[] = {{"int8", collInt8},         {"char", collInt8},
+                               {"uint8", collUint8},       {"int32", collInt32},
+                               {"int", collInt32},         {"uint32", collUint32},
+                               {"int64", collInt64},       {"uint64", collUint64},
+                               {"half", collFloat16},      {"float16", collFloat16},
+                               {"float", collFloat32},     {"float32", collFloat32},
+                               {"double", collFloat64},    {"float64", collFloat64},
+                               {"bfloat16", collBfloat16}, {"bf16", collBfloat16},
+                               {"f8e4m3", collFloat8e4m3}, {"float8e4m3", collFloat8e4m3},
+                               {"f8e5m2", collFloat8e5m2}, {"float8e5m2", collFloat8e5m2}};
   for (const auto& n : names) {
     if (s == n.text) {
       *out = n.type;
@@ -222,9 +222,9 @@ uint16_t floatToHalf(float f) {
   memcpy(&x, &f, sizeof(x));
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00;       // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00;      // rounds to infinity (>= 65520)
-  if (a < 0x38800000u) {                           // half subnormal or zero
+  if (a > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00;  // rounds to infinity (>= 65520)
+  if (a < 0x38800000u) {                       // half subnormal or zero
     float v;
     memcpy(&v, &a, sizeof(v));
     return sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f));  // * 2^24, exact
@@ -350,8 +350,8 @@ void premulScalarBytes(collDataType_t t, int rank, void* out8) {
   storeElement(out8, 0, t, premulScalar(t, rank));
 }
 
-size_t checkResult(const void* buf, size_t count, collDataType_t t, collRedOp_t op, int nranks,
-                   std::string* firstError, size_t firstIndex) {
+size_t checkResult(const void* buf, size_t count, collDataType_t t, collRedOp_t op, int nranks, std::string* firstError,
+                   size_t firstIndex) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
     double expected = expectedElement(t, op, nranks, firstIndex + i);
@@ -359,8 +359,8 @@ size_t checkResult(const void* buf, size_t count, collDataType_t t, collRedOp_t 
     if (got != expected) {
       if (wrong == 0 && firstError != nullptr) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "element %zu of %zu (%s %s, %d ranks): expected %.17g, got %.17g",
-                 firstIndex + i, count, typeName(t), opName(op), nranks, expected, got);
+        snprintf(msg, sizeof(msg), "element %zu of %zu (%s %s, %d ranks): expected %.17g, got %.17g", firstIndex + i,
+                 count, typeName(t), opName(op), nranks, expected, got);
         *firstError = msg;
       }
       ++wrong;

@@ -13,8 +13,8 @@
 namespace coll::perf {
 
 // Types and ops the benchmarks accept, in nccl-tests' order.
-constexpr collDataType_t kAllTypes[] = {collInt8,    collUint8,   collInt32,    collUint32,
-                                        collInt64,   collUint64,  collFloat16,  collFloat32,
+constexpr collDataType_t kAllTypes[] = {collInt8,    collUint8,    collInt32,      collUint32,
+                                        collInt64,   collUint64,   collFloat16,    collFloat32,
                                         collFloat64, collBfloat16, collFloat8e4m3, collFloat8e5m2};
 constexpr collRedOp_t kAllOps[] = {collSum, collProd, collMax, collMin, collAvg};
 // The benchmarks' name for PreMulSum ("premulsum", nccl-tests' "mulsum"): every rank multiplies its
@@ -65,8 +65,8 @@ size_t checkResult(const void* buf, size_t count, collDataType_t type, collRedOp
                    std::string* firstError, size_t firstIndex = 0);
 
 // Counts elements of `buf` that differ from fillInput's (the send buffer must stay untouched).
-size_t checkUnchanged(const void* buf, size_t count, collDataType_t type, collRedOp_t op, int rank,
-                      int nranks, size_t firstIndex = 0);
+size_t checkUnchanged(const void* buf, size_t count, collDataType_t type, collRedOp_t op, int rank, int nranks,
+                      size_t firstIndex = 0);
 
 // Data-movement collectives: element `firstIndex + i` of the data that `srcRank` sends, as
 // pseudo-random bytes (compared bit for bit, so float NaN patterns are fine).

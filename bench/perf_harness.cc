@@ -31,9 +31,21 @@ bool parseSize(const char* text, size_t* out) {
   if (end == text || v < 0) return false;
   double mult = 1;
   switch (*end) {
-    case 'K': case 'k': mult = 1024.0; ++end; break;
-    case 'M': case 'm': mult = 1024.0 * 1024; ++end; break;
-    case 'G': case 'g': mult = 1024.0 * 1024 * 1024; ++end; break;
+    case 'K':
+    case 'k':
+      mult = 1024.0;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
     default: break;
   }
   if (*end == 'B' || *end == 'b') ++end;
@@ -92,7 +104,7 @@ struct Placement {
   double timeUs = 0;
   double algBw = 0;
   double busBw = 0;
-  double wrong = -1;  // -1 = not checked
+  double wrong = -1;   // -1 = not checked
   double relErr = -1;  // --compress: ||out - exact|| / ||exact||, the worst rank; -1 = not checked
 };
 
@@ -111,7 +123,7 @@ struct Row {
   int root;  // -1 when the collective has none
   Placement oop, ip;
   Overlap overlap;
-  double wireBytes = -1;  // --wire: mean over ranks of the bytes one out-of-place call sent; -1 = none
+  double wireBytes = -1;     // --wire: mean over ranks of the bytes one out-of-place call sent; -1 = none
   double fallbackCalls = 0;  // --compress: timed calls that ran uncompressed (below minBytes)
   size_t bytes() const { return shape.extent() * typeSize(type); }
 };
@@ -242,7 +254,9 @@ class Runner {
         std::string why = be_.unsupported(coll_, type, info_.reduces ? op : collSum);
         if (why.empty() && opts_.compress.enabled) why = compressUnsupported(type, op);
         if (!why.empty()) {
-          if (rank_ == 0) printf("# skipping %s %s on %s: %s\n", typeName(type), info_.reduces ? opName(op) : "none", be_.name(), why.c_str());
+          if (rank_ == 0)
+            printf("# skipping %s %s on %s: %s\n", typeName(type), info_.reduces ? opName(op) : "none", be_.name(),
+                   why.c_str());
           continue;
         }
         for (int root = firstRoot; root <= lastRoot; ++root) {
@@ -326,9 +340,10 @@ class Runner {
   bool wirePerCall(const PerfTraffic& a, const PerfTraffic& b, Row* row) {
     const double iters = std::max(opts_.iters, 1);
     const unsigned long long calls = b.compressedCalls - a.compressedCalls;
-    const double local = opts_.compress.enabled && calls > 0 && calls == static_cast<unsigned long long>(opts_.iters)
-                             ? static_cast<double>(b.compressedWireBytes - a.compressedWireBytes) / static_cast<double>(calls)
-                             : static_cast<double>(b.wireBytes - a.wireBytes) / iters;
+    const double local =
+        opts_.compress.enabled && calls > 0 && calls == static_cast<unsigned long long>(opts_.iters)
+            ? static_cast<double>(b.compressedWireBytes - a.compressedWireBytes) / static_cast<double>(calls)
+            : static_cast<double>(b.wireBytes - a.wireBytes) / iters;
     double sum = 0;
     if (!reduceDouble(local, collSum, &sum)) return false;
     row->wireBytes = sum / nranks_;
@@ -393,7 +408,8 @@ class Runner {
     }
     const unsigned long long h = hashBytes(recv_.get(), bytes);
     unsigned long long hmax = 0, hmin = 0;
-    if (!be_.allReduce(&h, &hmax, 1, collUint64, collMax, &err) || !be_.allReduce(&h, &hmin, 1, collUint64, collMin, &err))
+    if (!be_.allReduce(&h, &hmax, 1, collUint64, collMax, &err) ||
+        !be_.allReduce(&h, &hmin, 1, collUint64, collMin, &err))
       return fail("all-reduce of a result hash", err);
     if (hmax != hmin) {
       fprintf(stderr, "rank %d: %s: ranks hold different results (hash %016llx)\n", rank_,
@@ -473,23 +489,28 @@ class Runner {
     printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: ", opts_.minBytes, opts_.maxBytes);
     if (opts_.stepFactor > 1) printf("%g(factor)", opts_.stepFactor);
     else printf("%zu(bytes)", opts_.stepBytes);
-    printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", opts_.warmup, opts_.iters, opts_.check);
+    printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", opts_.warmup, opts_.iters,
+           opts_.check);
     if (opts_.compress.enabled) {
-      printf("# compress: %s through collAllReduceCompressed (%s); algbw/busbw on the uncompressed size\n"
-             "#   wire(B) = bytes one rank sends per call (mean over ranks, collCommGetStats), wire%% = of an\n"
-             "#   uncompressed ring's 2(p-1)/p*size; relerr = ||out - exact|| / ||exact|| vs float64 (worst rank);\n"
-             "#   #wrong = elements beyond the format's tolerance, ranks not bit-identical, send buffer changed\n",
-             compressSpecName(opts_.compress).c_str(),
-             opts_.compress.libraryThreshold ? "minBytes 0: COLL_COMPRESS_MIN_BYTES applies" : "minBytes 1: every size compressed");
+      printf(
+          "# compress: %s through collAllReduceCompressed (%s); algbw/busbw on the uncompressed size\n"
+          "#   wire(B) = bytes one rank sends per call (mean over ranks, collCommGetStats), wire%% = of an\n"
+          "#   uncompressed ring's 2(p-1)/p*size; relerr = ||out - exact|| / ||exact|| vs float64 (worst rank);\n"
+          "#   #wrong = elements beyond the format's tolerance, ranks not bit-identical, send buffer changed\n",
+          compressSpecName(opts_.compress).c_str(),
+          opts_.compress.libraryThreshold ? "minBytes 0: COLL_COMPRESS_MIN_BYTES applies"
+                                          : "minBytes 1: every size compressed");
     } else if (showWire_) {
-      printf("# wire: wire(B) = bytes one rank sends per call (mean over ranks), wire%% = of an uncompressed\n"
-             "#   ring's 2(p-1)/p*size (shared-memory windows of the one-host direct algorithm are not counted)\n");
+      printf(
+          "# wire: wire(B) = bytes one rank sends per call (mean over ranks), wire%% = of an uncompressed\n"
+          "#   ring's 2(p-1)/p*size (shared-memory windows of the one-host direct algorithm are not counted)\n");
     }
     if (opts_.stream) {
-      printf("# stream: calls queued on a host stream (%s after each timed call); per size an overlap\n"
-             "#   line: comm = collective alone, comp = busy loop sized to comm, both = queued collective\n"
-             "#   + busy loop + synchronize; overlap = (comm + comp - both) / min(comm, comp), 1 = hidden\n",
-             opts_.blocking ? "synchronized" : "not synchronized");
+      printf(
+          "# stream: calls queued on a host stream (%s after each timed call); per size an overlap\n"
+          "#   line: comm = collective alone, comp = busy loop sized to comm, both = queued collective\n"
+          "#   + busy loop + synchronize; overlap = (comm + comp - both) / min(comm, comp), 1 = hidden\n",
+          opts_.blocking ? "synchronized" : "not synchronized");
     }
     printf("#\n# Using devices\n");
     for (int r = 0; r < nranks_; ++r) {
@@ -500,14 +521,14 @@ class Runner {
       printf("#  Rank %2d Group  0 Pid %6d on %10s device  0 [host] %s\n", r, pid, space ? space + 1 : "?", be_.name());
     }
     printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "",
-           "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count", "type", "redop", "root",
-           "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+           "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count", "type", "redop",
+           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
     if (showWire_) printf("  %10s  %6s", "wire", "wire%");
     if (opts_.compress.enabled) printf("  %8s", "relerr");
-    printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)", "", "", "", "(us)",
-           "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)", "", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
     if (showWire_) printf("  %10s  %6s", "(B)", "");
     printf("\n");
     fflush(stdout);
@@ -565,7 +586,8 @@ class Runner {
     if (rank_ == 0) {
       printf("# Out of bounds values : %.0f %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
       printf("# Avg bus bandwidth    : %g \n", avgBw);
-      if (opts_.stream && !rows_.empty()) printf("# Avg overlap          : %.2f \n", overlapSum / static_cast<double>(rows_.size()));
+      if (opts_.stream && !rows_.empty())
+        printf("# Avg overlap          : %.2f \n", overlapSum / static_cast<double>(rows_.size()));
       printf("#\n");
       fflush(stdout);
       if (!opts_.jsonPath.empty()) writeJson(avgBw, wrong);
@@ -600,7 +622,8 @@ class Runner {
       }
       if (r.wireBytes >= 0) {
         const double ring = ringWireBytes(static_cast<double>(r.bytes()), nranks_);
-        fprintf(f, ", \"wire_bytes_per_call\": %.1f, \"wire_fraction\": %.6f", r.wireBytes, ring > 0 ? r.wireBytes / ring : 0.0);
+        fprintf(f, ", \"wire_bytes_per_call\": %.1f, \"wire_fraction\": %.6f", r.wireBytes,
+                ring > 0 ? r.wireBytes / ring : 0.0);
       }
       if (opts_.compress.enabled && std::max(r.oop.relErr, r.ip.relErr) >= 0) {
         fprintf(f, ", \"rel_error\": %.6g", std::max(r.oop.relErr, r.ip.relErr));

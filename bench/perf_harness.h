@@ -22,9 +22,9 @@ struct PerfOptions {
   int check = 1;
   int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max over ranks
   int timeoutSec = 0;
-  int blocking = 1;  // with --stream: 1 synchronizes after every call, 0 once per timed loop
+  int blocking = 1;     // with --stream: 1 synchronizes after every call, 0 once per timed loop
   bool stream = false;  // --stream: queue calls on a host stream and measure overlap with compute
-  int root = 0;  // -1: every root in turn (rooted collectives)
+  int root = 0;         // -1: every root in turn (rooted collectives)
   std::vector<collRedOp_t> ops{collSum};
   std::vector<collDataType_t> types{collFloat32};
   std::string jsonPath;
@@ -70,8 +70,7 @@ class PerfBackend {
   // --wire / --compress: this rank's traffic so far; false when the backend cannot tell.
   virtual bool traffic(PerfTraffic*) { return false; }
 
-  bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op,
-                 std::string* error) {
+  bool allReduce(const void* send, void* recv, size_t count, collDataType_t type, collRedOp_t op, std::string* error) {
     CollCall c;
     c.send = send;
     c.recv = recv;

@@ -239,9 +239,10 @@ int main(int argc, char** argv) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       if (rank == 0) {
-        fprintf(stderr, "%s: --stream is not supported by the MPI backend (no host streams); "
-                "drop --stream, or run %.*s --stream (libcollective)\n", program,
-                static_cast<int>(strlen(program) - 4), program);
+        fprintf(stderr,
+                "%s: --stream is not supported by the MPI backend (no host streams); "
+                "drop --stream, or run %.*s --stream (libcollective)\n",
+                program, static_cast<int>(strlen(program) - 4), program);
       }
       MPI_Finalize();
       return 2;
@@ -250,10 +251,11 @@ int main(int argc, char** argv) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       if (rank == 0) {
-        fprintf(stderr, "%s: %s is not supported by the MPI backend (MPI has no compressed All-Reduce and no "
-                "traffic statistics); run %.*s %s (libcollective) instead\n", program,
-                opts.compress.enabled ? "--compress" : "--wire", static_cast<int>(strlen(program) - 4), program,
-                opts.compress.enabled ? "--compress ..." : "--wire");
+        fprintf(stderr,
+                "%s: %s is not supported by the MPI backend (MPI has no compressed All-Reduce and no "
+                "traffic statistics); run %.*s %s (libcollective) instead\n",
+                program, opts.compress.enabled ? "--compress" : "--wire", static_cast<int>(strlen(program) - 4),
+                program, opts.compress.enabled ? "--compress ..." : "--wire");
       }
       MPI_Finalize();
       return 2;

@@ -21,13 +21,13 @@ namespace {
 
 using namespace coll::kernels;
 
-#define CHECK_CUDA(expr)                                                                         \
-  do {                                                                                           \
-    cudaError_t err_ = (expr);                                                                   \
-    if (err_ != cudaSuccess) {                                                                   \
+#define CHECK_CUDA(expr)                                                                               \
+  do {                                                                                                 \
+    cudaError_t err_ = (expr);                                                                         \
+    if (err_ != cudaSuccess) {                                                                         \
       std::fprintf(stderr, "CUDA error at %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(2);                                                                              \
-    }                                                                                            \
+      std::exit(2);                                                                                    \
+    }                                                                                                  \
   } while (0)
 
 void checkStatus(const coll::Status& s) {
@@ -194,19 +194,11 @@ void bandwidth() {
       p.step = i;
       CHECK_CUDA(cudaEventRecord(e0));
       switch (what) {
-        case 0:
-          CHECK_CUDA(cudaMemcpyAsync(dCopy, dIn, bytes, cudaMemcpyDeviceToDevice));
-          break;
+        case 0: CHECK_CUDA(cudaMemcpyAsync(dCopy, dIn, bytes, cudaMemcpyDeviceToDevice)); break;
         case 1:
-        case 2:
-          checkStatus(cuda::quantize4(dQ, dIn, collFloat32, n, p, 0, nullptr, nullptr));
-          break;
-        case 3:
-          checkStatus(cuda::quantize4(dQ, dIn, collFloat32, n, p, 0, dRes, nullptr));
-          break;
-        default:
-          checkStatus(cuda::dequantizeAccumulate4(dAcc, dQ, n, bs, nullptr));
-          break;
+        case 2: checkStatus(cuda::quantize4(dQ, dIn, collFloat32, n, p, 0, nullptr, nullptr)); break;
+        case 3: checkStatus(cuda::quantize4(dQ, dIn, collFloat32, n, p, 0, dRes, nullptr)); break;
+        default: checkStatus(cuda::dequantizeAccumulate4(dAcc, dQ, n, bs, nullptr)); break;
       }
       CHECK_CUDA(cudaEventRecord(e1));
       CHECK_CUDA(cudaEventSynchronize(e1));

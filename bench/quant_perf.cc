@@ -27,9 +27,10 @@ double now() {
 }
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: quant_perf [-s MiB of float32 input (default 64)] [-r runs (default 7)] [-B block size "
-               "(default 64)] [-l level: portable|avx2|avx512 (default all supported)] [-w: wall time, not CPU time]\n");
+  std::fprintf(
+      stderr,
+      "usage: quant_perf [-s MiB of float32 input (default 64)] [-r runs (default 7)] [-B block size "
+      "(default 64)] [-l level: portable|avx2|avx512 (default all supported)] [-w: wall time, not CPU time]\n");
 }
 
 }  // namespace
@@ -90,10 +91,8 @@ int main(int argc, char** argv) {
     struct Kernel {
       const char* name;
       int mode;
-    } kernels[] = {{"quantize nearest", 0},
-                   {"quantize stochastic", 1},
-                   {"quantize +residual", 2},
-                   {"dequantize-accumulate", 3}};
+    } kernels[] = {
+        {"quantize nearest", 0}, {"quantize stochastic", 1}, {"quantize +residual", 2}, {"dequantize-accumulate", 3}};
     for (const Kernel& k : kernels) {
       std::vector<double> tk, tm;
       for (int r = 0; r < runs; ++r) {

@@ -54,9 +54,21 @@ bool parseBytes(const std::string& t, uint64_t* out) {
   if (end == t.c_str() || v < 0) return false;
   double mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = 1024.0; ++end; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; ++end; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
+    case 'k':
+    case 'K':
+      mult = 1024.0;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
     default: break;
   }
   if (*end == 'B' || *end == 'b') ++end;
@@ -79,9 +91,12 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 std::string sizeLabel(uint64_t bytes) {
   char buf[32];
-  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) snprintf(buf, sizeof buf, "%llu GiB", static_cast<unsigned long long>(bytes >> 30));
-  else if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0) snprintf(buf, sizeof buf, "%llu MiB", static_cast<unsigned long long>(bytes >> 20));
-  else if (bytes >= 1024 && bytes % 1024 == 0) snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>(bytes >> 10));
+  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0)
+    snprintf(buf, sizeof buf, "%llu GiB", static_cast<unsigned long long>(bytes >> 30));
+  else if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0)
+    snprintf(buf, sizeof buf, "%llu MiB", static_cast<unsigned long long>(bytes >> 20));
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    snprintf(buf, sizeof buf, "%llu KiB", static_cast<unsigned long long>(bytes >> 10));
   else snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
   return buf;
 }
@@ -104,21 +119,22 @@ std::string rankLabel(int32_t p) {
 }
 
 void usage() {
-  printf("usage: schedule_model [options]\n"
-         "  Modelled All-Reduce time (float32 sum) of the actual schedules, markdown on stdout.\n"
-         "  --ranks LIST      rank counts (default 1024,10240,102400)\n"
-         "  --per-node N      ranks per node (default 8)\n"
-         "  --sizes LIST      message sizes, K/M/G = KiB/MiB/GiB (default 8,1M,64M,1G)\n"
-         "  --link A,B,C,D    intra alpha us, intra GB/s per rank, inter alpha us, inter GB/s per rank\n"
-         "                    (default 1,200,5,50)\n"
-         "  --mem GBPS        local copy/reduce bandwidth (default 200)\n"
-         "  --slice BYTES     slice when the schedule names none (default 128K)\n"
-         "  --algos LIST      rows: ring,tree,torus,hier(ring),hier(tree),hier(torus),hier(recdoubling),\n"
-         "                    hier(rabenseifner),recdoubling,rabenseifner (default all)\n"
-         "  --exact-steps N   evaluate exactly up to N steps in all, else by host symmetry (default 1e7)\n"
-         "  --counts          also print per-rank step, message and byte counts (maximum over ranks)\n"
-         "  --predictions     also print the planner's prediction of every entry and its ratio to the\n"
-         "                    schedule model's time\n");
+  printf(
+      "usage: schedule_model [options]\n"
+      "  Modelled All-Reduce time (float32 sum) of the actual schedules, markdown on stdout.\n"
+      "  --ranks LIST      rank counts (default 1024,10240,102400)\n"
+      "  --per-node N      ranks per node (default 8)\n"
+      "  --sizes LIST      message sizes, K/M/G = KiB/MiB/GiB (default 8,1M,64M,1G)\n"
+      "  --link A,B,C,D    intra alpha us, intra GB/s per rank, inter alpha us, inter GB/s per rank\n"
+      "                    (default 1,200,5,50)\n"
+      "  --mem GBPS        local copy/reduce bandwidth (default 200)\n"
+      "  --slice BYTES     slice when the schedule names none (default 128K)\n"
+      "  --algos LIST      rows: ring,tree,torus,hier(ring),hier(tree),hier(torus),hier(recdoubling),\n"
+      "                    hier(rabenseifner),recdoubling,rabenseifner (default all)\n"
+      "  --exact-steps N   evaluate exactly up to N steps in all, else by host symmetry (default 1e7)\n"
+      "  --counts          also print per-rank step, message and byte counts (maximum over ranks)\n"
+      "  --predictions     also print the planner's prediction of every entry and its ratio to the\n"
+      "                    schedule model's time\n");
 }
 
 int parseOptions(int argc, char** argv, Options* o) {
@@ -332,12 +348,13 @@ std::string plannerRow(const PlanChoice& c) {
 }
 
 int run(const Options& o) {
-  printf("Modelled All-Reduce time (float32 sum), %d ranks per node; inside a node %.3g us and %.3g GB/s per rank, "
-         "across nodes %.3g us and %.3g GB/s per rank; slice %s. Computed by `bench/schedule_model` from the "
-         "step and byte counts of the actual schedules (src/plan/schedule_cost.h).\n\n",
-         o.perNode, o.model.link[0].alphaSeconds * 1e6, o.model.link[0].bytesPerSecond / 1e9,
-         o.model.link[1].alphaSeconds * 1e6, o.model.link[1].bytesPerSecond / 1e9,
-         sizeLabel(o.model.defaultSliceBytes).c_str());
+  printf(
+      "Modelled All-Reduce time (float32 sum), %d ranks per node; inside a node %.3g us and %.3g GB/s per rank, "
+      "across nodes %.3g us and %.3g GB/s per rank; slice %s. Computed by `bench/schedule_model` from the "
+      "step and byte counts of the actual schedules (src/plan/schedule_cost.h).\n\n",
+      o.perNode, o.model.link[0].alphaSeconds * 1e6, o.model.link[0].bytesPerSecond / 1e9,
+      o.model.link[1].alphaSeconds * 1e6, o.model.link[1].bytesPerSecond / 1e9,
+      sizeLabel(o.model.defaultSliceBytes).c_str());
   std::vector<std::string> notes;
   std::vector<std::string> countLines;
   for (int32_t p : o.ranks) {
@@ -415,8 +432,7 @@ int run(const Options& o) {
           const Entry& e = grid[ri][si];
           if (!e.valid) continue;
           char line[320];
-          snprintf(line, sizeof line,
-                   "| %s | %s | %s | %llu | %llu | %llu | %llu | %llu |", rankLabel(p).c_str(),
+          snprintf(line, sizeof line, "| %s | %s | %s | %llu | %llu | %llu | %llu | %llu |", rankLabel(p).c_str(),
                    kRows[o.rows[ri]].name, sizeLabel(o.sizes[si]).c_str(),
                    static_cast<unsigned long long>(e.counts.steps),
                    static_cast<unsigned long long>(e.counts.messages[0]),
@@ -451,7 +467,8 @@ int run(const Options& o) {
           Candidate c;
           c.seconds = -1;
           if (row.algo == AlgoId::Hierarchical) {
-            if (algoApplicable(in, CollKind::AllReduce, row.algo)) c = predictHierarchicalAllReduce(in, row.inter, o.sizes[si]);
+            if (algoApplicable(in, CollKind::AllReduce, row.algo))
+              c = predictHierarchicalAllReduce(in, row.inter, o.sizes[si]);
           } else if (algoApplicable(in, CollKind::AllReduce, row.algo)) {
             c = predictAlgo(in, CollKind::AllReduce, row.algo, o.sizes[si]);
           }
@@ -478,7 +495,8 @@ int run(const Options& o) {
         if (planned[si] == kRows[o.rows[ri]].name && grid[ri][si].valid) plannedSeconds = grid[ri][si].seconds;
       }
       char ratio[48] = "";
-      if (plannedSeconds > 0) snprintf(ratio, sizeof ratio, ": %.2fx slower", plannedSeconds / grid[best[si]][si].seconds);
+      if (plannedSeconds > 0)
+        snprintf(ratio, sizeof ratio, ": %.2fx slower", plannedSeconds / grid[best[si]][si].seconds);
       char buf[400];
       snprintf(buf, sizeof buf,
                "%s ranks, %s: the planner picks %s (its prediction %s; schedule model %s), the schedule model's "
@@ -489,17 +507,20 @@ int run(const Options& o) {
       notes.push_back(buf);
     }
   }
-  printf("Legend: **bold** = the planner's choice (planAllReduce with the same link parameters, one NIC per rank "
-         "(COLL_LINK_NICS_PER_HOST=0), reductions overlapping transfers and no implementation factors); ✓ = fastest in the schedule model; "
-         "~ = evaluated by host symmetry (host 0's ranks; every other host in lockstep), otherwise exact (every "
-         "rank, every message); n/a = not applicable or too large to evaluate.\n");
+  printf(
+      "Legend: **bold** = the planner's choice (planAllReduce with the same link parameters, one NIC per rank "
+      "(COLL_LINK_NICS_PER_HOST=0), reductions overlapping transfers and no implementation factors); ✓ = fastest in "
+      "the schedule model; "
+      "~ = evaluated by host symmetry (host 0's ranks; every other host in lockstep), otherwise exact (every "
+      "rank, every message); n/a = not applicable or too large to evaluate.\n");
   if (!notes.empty()) {
     printf("\nWhere the planner disagrees with the schedule model:\n\n");
     for (const std::string& n : notes) printf("- %s\n", n.c_str());
   }
   if (!countLines.empty()) {
-    printf("\nPer-rank counts (maximum over evaluated ranks):\n\n| ranks | algorithm | size | steps | messages in "
-           "node | messages across | bytes sent in node | bytes sent across |\n|---|---|---|---:|---:|---:|---:|---:|\n");
+    printf(
+        "\nPer-rank counts (maximum over evaluated ranks):\n\n| ranks | algorithm | size | steps | messages in "
+        "node | messages across | bytes sent in node | bytes sent across |\n|---|---|---|---:|---:|---:|---:|---:|\n");
     for (const std::string& l : countLines) printf("%s\n", l.c_str());
   }
   return 0;

@@ -8,9 +8,11 @@
 namespace coll {
 
 // Read by the NCCL net plugin (src/nccl_net), declared here so that collinfo lists it.
-const StringKnob kNcclNet("COLL_NCCL_NET", "",
-                          "NCCL net plugin (libnccl-net-collective.so): transport behind it, tcp, ucx or ib. Unset: the best available (ib, then ucx where UCX drives an RDMA device, then tcp), logged through NCCL's logger.",
-                          {KnobSection::Transports, 40});
+const StringKnob kNcclNet(
+    "COLL_NCCL_NET", "",
+    "NCCL net plugin (libnccl-net-collective.so): transport behind it, tcp, ucx or ib. Unset: the best available (ib, "
+    "then ucx where UCX drives an RDMA device, then tcp), logged through NCCL's logger.",
+    {KnobSection::Transports, 40});
 
 const char* netKindName(NetKind kind) {
   switch (kind) {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/config.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 #include "transports/transport.h"
 
 namespace coll {

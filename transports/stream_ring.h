@@ -60,9 +60,7 @@ class StreamRing {
     return alignedSpan(head, std::min(freeBytes(head, tail), toWrap(head)));
   }
   // The consumer's contiguous span at `tail` of the bytes produced up to `head`.
-  uint64_t readable(uint64_t tail, uint64_t head) const {
-    return std::min(head - tail, toWrap(tail));
-  }
+  uint64_t readable(uint64_t tail, uint64_t head) const { return std::min(head - tail, toWrap(tail)); }
 
  private:
   uint64_t capacity_ = 0;

@@ -28,7 +28,7 @@ extern "C" {
 #define COLL_MAJOR 0
 #define COLL_MINOR 1
 #define COLL_PATCH 0
-#define COLL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define COLL_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define COLL_VERSION_CODE COLL_VERSION(COLL_MAJOR, COLL_MINOR, COLL_PATCH)
 
 /* Opaque communicator handle. Handles are validated on every call: a destroyed communicator
@@ -112,10 +112,10 @@ typedef struct collConfig_v1 {
   const char* commName; /* shown in logs */
 } collConfig_t;
 
-#define COLL_CONFIG_INITIALIZER                                                              \
-  {                                                                                          \
-    sizeof(collConfig_t), COLL_CONFIG_MAGIC, COLL_VERSION_CODE, COLL_CONFIG_UNDEF_INT,       \
-        COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_PTR                  \
+#define COLL_CONFIG_INITIALIZER                                                                               \
+  {                                                                                                           \
+    sizeof(collConfig_t), COLL_CONFIG_MAGIC, COLL_VERSION_CODE, COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_INT, \
+        COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_PTR                                                          \
   }
 
 /* Version as COLL_VERSION(major, minor, patch). */
@@ -127,7 +127,7 @@ COLL_API collResult_t collGetUniqueId(collUniqueId* uniqueId);
 
 COLL_API collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId, int rank);
 COLL_API collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank,
-                                    collConfig_t* config);
+                                             collConfig_t* config);
 
 /* Rank and size from the launcher's environment (collrun, torchrun, Open MPI, PMI, Slurm) and
  * the rendezvous from COLL_COMM_ID, MASTER_ADDR/MASTER_PORT or Slurm's node list. */
@@ -160,16 +160,15 @@ COLL_API collResult_t collCommRevoke(collComm_t comm);
  * order, made without any help from the excluded ranks (which may be dead). Every surviving rank
  * calls it with the same list; an excluded rank must not call it. Works on a communicator that has
  * failed or been revoked (not on one destroyed or aborted). config as in collCommInitRankConfig. */
-COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount,
-                                     collComm_t* newcomm, collConfig_t* config);
+COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount, collComm_t* newcomm,
+                                     collConfig_t* config);
 
 COLL_API const char* collGetErrorString(collResult_t result);
 /* The message of the last failure on this thread (for comm, or of any call when comm is NULL). */
 COLL_API const char* collGetLastError(collComm_t comm);
 
-COLL_API collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           collDataType_t datatype, collRedOp_t op, collComm_t comm,
-                           collStream_t stream);
+COLL_API collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
+                                    collRedOp_t op, collComm_t comm, collStream_t stream);
 
 /* Collectives with NCCL's argument conventions (counts per rank; in place when the pointers are
  * the ones NCCL defines as in place). */
@@ -178,25 +177,24 @@ COLL_API collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t
 COLL_API collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                                  collRedOp_t op, int root, collComm_t comm, collStream_t stream);
 /* recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
-COLL_API collResult_t collAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                    collDataType_t datatype, collComm_t comm, collStream_t stream);
+COLL_API collResult_t collAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collDataType_t datatype,
+                                    collComm_t comm, collStream_t stream);
 /* sendbuff holds nranks * recvcount elements; in place when recvbuff == sendbuff + rank * recvcount. */
-COLL_API collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        collDataType_t datatype, collRedOp_t op, collComm_t comm,
-                                        collStream_t stream);
+COLL_API collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collDataType_t datatype,
+                                        collRedOp_t op, collComm_t comm, collStream_t stream);
 /* count elements to and from every rank: buffers hold nranks * count elements. */
 COLL_API collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                                    collComm_t comm, collStream_t stream);
 /* The root's recvbuff holds nranks * count elements. */
-COLL_API collResult_t collGather(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
-                                 int root, collComm_t comm, collStream_t stream);
+COLL_API collResult_t collGather(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                                 collComm_t comm, collStream_t stream);
 /* The root's sendbuff holds nranks * count elements. */
-COLL_API collResult_t collScatter(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
-                                  int root, collComm_t comm, collStream_t stream);
+COLL_API collResult_t collScatter(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, int root,
+                                  collComm_t comm, collStream_t stream);
 /* Point to point. Inside a group, any mix of sends and receives runs together (no deadlock);
  * operations between one pair of ranks match in the order they were issued. */
-COLL_API collResult_t collSend(const void* sendbuff, size_t count, collDataType_t datatype, int peer,
-                               collComm_t comm, collStream_t stream);
+COLL_API collResult_t collSend(const void* sendbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
+                               collStream_t stream);
 COLL_API collResult_t collRecv(void* recvbuff, size_t count, collDataType_t datatype, int peer, collComm_t comm,
                                collStream_t stream);
 /* Returns when every rank has entered the barrier. */
@@ -211,13 +209,13 @@ COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream);
 typedef enum COLL_ENUM_INT { collCompressInt4 = 0 } collCompressionKind_t;
 typedef enum COLL_ENUM_INT { collRoundNearest = 0, collRoundStochastic = 1 } collRounding_t;
 typedef struct collCompression_v1 {
-  size_t size;                 /* sizeof(collCompression_t): later versions may append fields */
-  collCompressionKind_t kind;  /* int4 (room for 8-bit later) */
-  int blockSize;               /* 32, 64, 128 or 256; 0 = 64 */
-  collRounding_t rounding;     /* nearest (ties to even) or stochastic */
-  unsigned long long seed;     /* stochastic rounding: the generator key (same on every rank) */
-  unsigned long long step;     /* stochastic rounding: the training step (a new draw per step) */
-  size_t minBytes;             /* tensors smaller than this go uncompressed; 0 = COLL_COMPRESS_MIN_BYTES */
+  size_t size;                /* sizeof(collCompression_t): later versions may append fields */
+  collCompressionKind_t kind; /* int4 (room for 8-bit later) */
+  int blockSize;              /* 32, 64, 128 or 256; 0 = 64 */
+  collRounding_t rounding;    /* nearest (ties to even) or stochastic */
+  unsigned long long seed;    /* stochastic rounding: the generator key (same on every rank) */
+  unsigned long long step;    /* stochastic rounding: the training step (a new draw per step) */
+  size_t minBytes;            /* tensors smaller than this go uncompressed; 0 = COLL_COMPRESS_MIN_BYTES */
 } collCompression_t;
 #define COLL_COMPRESSION_INITIALIZER \
   { sizeof(collCompression_t), collCompressInt4, 64, collRoundNearest, 0ull, 0ull, 0 }
@@ -225,9 +223,8 @@ typedef struct collCompression_v1 {
  * feedback: the library adds it to this rank's contribution before quantizing and stores what
  * quantization lost. A call below minBytes runs uncompressed and leaves residual unchanged. */
 COLL_API collResult_t collAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
-                                              collDataType_t datatype, collRedOp_t op,
-                                              const collCompression_t* cfg, void* residual, collComm_t comm,
-                                              collStream_t stream);
+                                              collDataType_t datatype, collRedOp_t op, const collCompression_t* cfg,
+                                              void* residual, collComm_t comm, collStream_t stream);
 
 /* Traffic of one rank of a communicator since its creation: bytes handed to transports for peers
  * (shared-memory FIFOs and network connections; the one-host direct algorithm's shared windows are
@@ -252,8 +249,7 @@ COLL_API collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm);
 /* Splits comm: ranks with the same color form a new communicator, ordered by key (then by old
  * rank). COLL_SPLIT_NOCOLOR returns *newcomm = NULL. Collective over comm. */
 #define COLL_SPLIT_NOCOLOR -1
-COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm,
-                                    collConfig_t* config);
+COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm, collConfig_t* config);
 /* ndev communicators of one process (ranks 0..ndev-1), each to be used by its own thread.
  * devlist is reserved for GPUs and may be NULL for host ranks. */
 COLL_API collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist);

@@ -11,25 +11,26 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "src/oob/auth.h"
-#include "src/oob/bootstrap.h"
-#include "src/schedule/coll_args.h"
-#include "src/comm/comm.h"
 #include "src/base/config.h"
-#include "src/oob/env_bootstrap.h"
 #include "src/base/log.h"
-#include "src/comm/shrink.h"
-#include "src/oob/socket.h"
 #include "src/base/status.h"
+#include "src/comm/comm.h"
+#include "src/comm/shrink.h"
 #include "src/comm/stream.h"
 #include "src/kernels/quantize.h"
-#include "src/schedule/schedule.h"
 #include "src/kernels/reduce.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+#include "src/oob/env_bootstrap.h"
+#include "src/oob/socket.h"
+#include "src/schedule/coll_args.h"
+#include "src/schedule/schedule.h"
 
 namespace coll {
 
 const BytesKnob kCompressMinBytes("COLL_COMPRESS_MIN_BYTES", "64K",
-                                  "collAllReduceCompressed: tensors smaller than this run uncompressed (when the call's minBytes is 0), logged once per communicator.",
+                                  "collAllReduceCompressed: tensors smaller than this run uncompressed (when the "
+                                  "call's minBytes is 0), logged once per communicator.",
                                   {KnobSection::Transports, 20});
 namespace {
 
@@ -84,8 +85,8 @@ Status lookup(const collComm_t handle, Comm** out) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
   auto& slots = registry();
   if ((h >> 32) == 0 || index >= slots.size() || !slots[index].comm || slots[index].generation != generation) {
-    return makeError(collInvalidArgument,
-                     "communicator %p is not valid (destroyed, aborted, or never created)", static_cast<void*>(handle));
+    return makeError(collInvalidArgument, "communicator %p is not valid (destroyed, aborted, or never created)",
+                     static_cast<void*>(handle));
   }
   *out = slots[index].comm.get();
   return okStatus();
@@ -240,8 +241,8 @@ Status validateCall(Comm& comm, const CollArgs& a) {
     bool overlap = s < r + rb && r < s + sb;
     bool inPlace = a.sendbuff == inPlaceSend(a, rank, es) || a.recvbuff == inPlaceRecv(a, rank, es);
     if (overlap && !inPlace) {
-      return makeError(collInvalidArgument,
-                       "%s: sendbuff and recvbuff overlap without being NCCL's in-place layout", what);
+      return makeError(collInvalidArgument, "%s: sendbuff and recvbuff overlap without being NCCL's in-place layout",
+                       what);
     }
   }
   return okStatus();
@@ -259,7 +260,6 @@ Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, c
   *out = registerComm(std::move(comm));
   return okStatus();
 }
-
 
 bool isP2p(const CollArgs& a) { return a.kind == CollKind::Send || a.kind == CollKind::Recv; }
 
@@ -366,8 +366,9 @@ Status splitComm(Comm& parent, int color, int key, const CommConfig& config, col
     }
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   }
-  const int newRank =
-      color == COLL_SPLIT_NOCOLOR ? -1 : static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  const int newRank = color == COLL_SPLIT_NOCOLOR
+                          ? -1
+                          : static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
   collUniqueId myId;
   memset(&myId, 0, sizeof(myId));
   if (newRank == 0) {
@@ -411,8 +412,7 @@ collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId,
   return report(initComm(comm, nranks, commId, rank, CommConfig{}), rank);
 }
 
-collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank,
-                                    collConfig_t* config) {
+collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank, collConfig_t* config) {
   CommConfig cc;
   Status s = validateConfig(config, &cc);
   if (!s.ok()) return report(s, rank);
@@ -549,8 +549,8 @@ const char* collGetLastError(collComm_t comm) {
   return tLastError.c_str();
 }
 
-collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
-                           collRedOp_t op, collComm_t comm, collStream_t stream) {
+collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, collRedOp_t op,
+                           collComm_t comm, collStream_t stream) {
   CollArgs a;
   a.kind = CollKind::AllReduce, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
   a.dtype = datatype, a.op = op;
@@ -562,8 +562,7 @@ collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t count, c
 namespace {
 
 // The compression settings of a collAllReduceCompressed call, checked (nothing is touched before).
-Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* residual,
-                     CollArgs::Compression* out) {
+Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* residual, CollArgs::Compression* out) {
   if (cfg == nullptr) return makeError(collInvalidArgument, "collAllReduceCompressed: cfg is NULL");
   // Read what the caller's struct version has: fields past its size keep their defaults.
   collCompression_t c = COLL_COMPRESSION_INITIALIZER;
@@ -577,11 +576,13 @@ Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* resi
   memcpy(&rounding, &c.rounding, sizeof(rounding));
   memcpy(&op, &a.op, sizeof(op));
   if (kind != collCompressInt4) {
-    return makeError(collInvalidArgument, "collAllReduceCompressed: compression kind %d is not supported (int4 is)", kind);
+    return makeError(collInvalidArgument, "collAllReduceCompressed: compression kind %d is not supported (int4 is)",
+                     kind);
   }
   const int block = c.blockSize == 0 ? 64 : c.blockSize;
   if (!kernels::validQuantBlockSize(block)) {
-    return makeError(collInvalidArgument, "collAllReduceCompressed: blockSize %d is not 32, 64, 128 or 256", c.blockSize);
+    return makeError(collInvalidArgument, "collAllReduceCompressed: blockSize %d is not 32, 64, 128 or 256",
+                     c.blockSize);
   }
   if (rounding != collRoundNearest && rounding != collRoundStochastic) {
     return makeError(collInvalidArgument, "collAllReduceCompressed: rounding %d is neither nearest nor stochastic",
@@ -591,8 +592,10 @@ Status compressionOf(const collCompression_t* cfg, const CollArgs& a, void* resi
     return makeError(collInvalidArgument, "collAllReduceCompressed: op %d; compression supports sum and avg", op);
   }
   if (a.dtype != collFloat32 && a.dtype != collFloat16 && a.dtype != collBfloat16) {
-    return makeError(collInvalidArgument, "collAllReduceCompressed: datatype %d; compression takes float32, float16 "
-                     "or bfloat16", static_cast<int>(a.dtype));
+    return makeError(collInvalidArgument,
+                     "collAllReduceCompressed: datatype %d; compression takes float32, float16 "
+                     "or bfloat16",
+                     static_cast<int>(a.dtype));
   }
   if (residual != nullptr) {
     if (reinterpret_cast<uintptr_t>(residual) % alignof(float) != 0) {
@@ -663,8 +666,8 @@ collResult_t collReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   return submit(comm, a, stream);
 }
 
-collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
-                          collComm_t comm, collStream_t stream) {
+collResult_t collAlltoAll(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, collComm_t comm,
+                          collStream_t stream) {
   CollArgs a;
   a.kind = CollKind::AlltoAll, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
   a.dtype = datatype;
@@ -718,8 +721,10 @@ collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataTyp
   s = validateType(datatype);
   if (!s.ok()) return report(s, c->rank());
   if (residence != collScalarHostImmediate) {
-    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: host buffers need "
-                            "collScalarHostImmediate (the scalar is read now)"), c->rank());
+    return report(makeError(collInvalidArgument,
+                            "collRedOpCreatePreMulSum: host buffers need "
+                            "collScalarHostImmediate (the scalar is read now)"),
+                  c->rank());
   }
   double value = 0;
   if (!scalarToDouble(scalar, datatype, &value)) {

@@ -48,9 +48,10 @@ std::optional<int64_t> parseInt(const std::string& text) {
 
 }  // namespace
 
-const IntKnob kTimeout("COLL_TIMEOUT", "300",
-                       "Seconds any wait may last before it fails with collTimeout (bootstrap, connections, collectives).",
-                       {KnobSection::Deadlines, 10});
+const IntKnob kTimeout(
+    "COLL_TIMEOUT", "300",
+    "Seconds any wait may last before it fails with collTimeout (bootstrap, connections, collectives).",
+    {KnobSection::Deadlines, 10});
 
 Knob::Knob(const char* name, KnobType type, const char* defaultValue, const char* doc, KnobPlace place)
     : name_(name), type_(type), defaultValue_(defaultValue), doc_(doc), place_(place) {

@@ -88,8 +88,8 @@ void logPrintf(LogLevel level, int rank, const char* fmt, ...) {
   if (rank >= 0) snprintf(rankText, sizeof(rankText), " [%d]", rank);
   std::lock_guard<std::mutex> lock(gFileMu);
   FILE* f = logFile();
-  fprintf(f, "%s:%d:%ld%s COLL %s %s\n", host, static_cast<int>(getpid()),
-          static_cast<long>(syscall(SYS_gettid)), rankText, kNames[static_cast<int>(level)], msg);
+  fprintf(f, "%s:%d:%ld%s COLL %s %s\n", host, static_cast<int>(getpid()), static_cast<long>(syscall(SYS_gettid)),
+          rankText, kNames[static_cast<int>(level)], msg);
   fflush(f);
 }
 

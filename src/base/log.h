@@ -22,8 +22,8 @@ void setLogSink(LogSink sink);
 
 }  // namespace coll
 
-#define COLL_LOG(level, rank, ...)                                                   \
-  do {                                                                               \
+#define COLL_LOG(level, rank, ...)                                                                                  \
+  do {                                                                                                              \
     if (::coll::logEnabled(::coll::LogLevel::level)) ::coll::logPrintf(::coll::LogLevel::level, rank, __VA_ARGS__); \
   } while (0)
 #define COLL_WARN(rank, ...) COLL_LOG(Warn, rank, __VA_ARGS__)

@@ -39,8 +39,8 @@ std::string errnoText(int err);
 
 }  // namespace coll
 
-#define COLL_TRY(expr)                         \
-  do {                                         \
-    ::coll::Status coll_try_status_ = (expr);  \
+#define COLL_TRY(expr)                                   \
+  do {                                                   \
+    ::coll::Status coll_try_status_ = (expr);            \
     if (!coll_try_status_.ok()) return coll_try_status_; \
   } while (0)

@@ -10,7 +10,8 @@
 namespace coll {
 
 const BoolKnob kCheck("COLL_CHECK", "0",
-                      "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch is collInvalidUsage naming the ranks (costs one small all-gather per call).",
+                      "1: before each collective, ranks compare collective, count, type, op and root, and a mismatch "
+                      "is collInvalidUsage naming the ranks (costs one small all-gather per call).",
                       {KnobSection::PlannerExecutor, 130});
 
 bool callCheckEnabled() { return kCheck.get(); }
@@ -18,8 +19,8 @@ bool callCheckEnabled() { return kCheck.get(); }
 CallFingerprint fingerprintOf(const CollArgs& args) {
   CallFingerprint mine{static_cast<int32_t>(args.kind), static_cast<int32_t>(args.dtype),
                        args.op < collNumOps ? static_cast<int32_t>(args.op) : -1, args.root, args.count};
-  const bool reducing = args.kind == CollKind::AllReduce || args.kind == CollKind::Reduce ||
-                        args.kind == CollKind::ReduceScatter;
+  const bool reducing =
+      args.kind == CollKind::AllReduce || args.kind == CollKind::Reduce || args.kind == CollKind::ReduceScatter;
   if (!reducing) mine.op = 0;
   const bool rooted = args.kind == CollKind::Broadcast || args.kind == CollKind::Reduce ||
                       args.kind == CollKind::Gather || args.kind == CollKind::Scatter;
@@ -72,8 +73,8 @@ Status describeCallMismatch(const std::vector<CallFingerprint>& all) {
   }
   if (groups.size() > 4) calls += "; and " + std::to_string(groups.size() - 4) + " more different calls";
   std::string what;
-  for (auto [differs, name] : {std::pair{kind, "collective"}, {count, "count"}, {dtype, "datatype"},
-                               {op, "reduction op"}, {root, "root"}}) {
+  for (auto [differs, name] :
+       {std::pair{kind, "collective"}, {count, "count"}, {dtype, "datatype"}, {op, "reduction op"}, {root, "root"}}) {
     if (differs) what += (what.empty() ? "" : " and ") + std::string(name);
   }
   return makeError(collInvalidUsage,

@@ -57,12 +57,11 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   for (int r = 0; r < nranks; ++r) hashes[r] = bootstrap_->peer(r).hostHash;
   topo_ = Topology::fromHostHashes(rank, hashes);
   setTopologyMachines();
-  failure_.start(bootstrap_.get(), timeoutMs_, config.commName, laneParent_ != nullptr ? &laneParent_->failure_ : nullptr,
-                 this);
+  failure_.start(bootstrap_.get(), timeoutMs_, config.commName,
+                 laneParent_ != nullptr ? &laneParent_->failure_ : nullptr, this);
   queue_.setIdentity(rank, timeoutMs_);
   COLL_INFO(rank, "topology: %d ranks on %d hosts (%d on this host, local rank %d); %d on this machine of %d CPUs",
-            topo_.nranks, topo_.nhosts, topo_.localSize(), topo_.localRank(), topo_.machineSize(),
-            topo_.machineCpus());
+            topo_.nranks, topo_.nhosts, topo_.localSize(), topo_.localRank(), topo_.machineSize(), topo_.machineCpus());
 
   COLL_TRY(links_.checkForcedTransport());
   // Refuse a COLL_ALGO that cannot run here before anything shared exists: a rank failing later
@@ -158,9 +157,10 @@ Status Comm::compressedAllReduce(const CollArgs& args) {
   const uint64_t bytes = args.count * dataTypeSize(args.dtype);
   if (topo_.nranks == 1 || bytes < args.compress.minBytes) {
     if (!loggedCompressFallback_ && rank() == 0) {
-      COLL_INFO(rank(), "compressed All-Reduce of %llu bytes runs uncompressed (below %llu bytes: the call's minBytes "
-                "or COLL_COMPRESS_MIN_BYTES; logged once)", static_cast<unsigned long long>(bytes),
-                static_cast<unsigned long long>(args.compress.minBytes));
+      COLL_INFO(rank(),
+                "compressed All-Reduce of %llu bytes runs uncompressed (below %llu bytes: the call's minBytes "
+                "or COLL_COMPRESS_MIN_BYTES; logged once)",
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(args.compress.minBytes));
     }
     loggedCompressFallback_ = true;
     stats_.uncompressedFallbacks++;
@@ -225,9 +225,9 @@ Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
     }
   }
   if (!status.ok()) {
-    Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + collKindName(args.kind) +
-                                          " (call " + std::to_string(seq_) + ", " + std::to_string(args.count) +
-                                          " elements)");
+    Status annotated =
+        status.withContext("rank " + std::to_string(rank()) + ": " + collKindName(args.kind) + " (call " +
+                           std::to_string(seq_) + ", " + std::to_string(args.count) + " elements)");
     if (status.code() == collRemoteError || status.code() == collTimeout || status.code() == collSystemError) {
       failure_.fail(annotated);
     }
@@ -285,8 +285,7 @@ Status Comm::execute(const Work& work) {
   }
   for (size_t i = 0; i < calls.size();) {
     size_t used = 1;
-    Status s = calls.size() - i >= 2 ? runFusedPrefix(calls.data() + i, calls.size() - i, &used)
-                                     : collective(calls[i]);
+    Status s = calls.size() - i >= 2 ? runFusedPrefix(calls.data() + i, calls.size() - i, &used) : collective(calls[i]);
     if (!s.ok() && first.ok()) first = s;
     i += used;
   }
@@ -325,7 +324,8 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   };
   auto dependsOnEarlier = [&](size_t k) {
     for (size_t j = 0; j < k; ++j) {
-      if (overlap(span(calls[k], false), span(calls[j], false)) || overlap(span(calls[k], false), span(calls[j], true)) ||
+      if (overlap(span(calls[k], false), span(calls[j], false)) ||
+          overlap(span(calls[k], false), span(calls[j], true)) ||
           overlap(span(calls[k], true), span(calls[j], false))) {
         return true;
       }

@@ -13,10 +13,12 @@
 namespace coll {
 
 const StringKnob kTransport("COLL_TRANSPORT", "",
-                            "Force one transport for every peer, same host included: shm, tcp, ucx or ib (testing). Takes precedence over COLL_NET.",
+                            "Force one transport for every peer, same host included: shm, tcp, ucx or ib (testing). "
+                            "Takes precedence over COLL_NET.",
                             {KnobSection::Transports, 10});
 const StringKnob kNet("COLL_NET", "",
-                      "Transport between hosts: ib, ucx or tcp. Unset: the best one every rank has (ib, then ucx where UCX drives an RDMA device, then tcp), logged at INFO. Ignored when COLL_TRANSPORT is set.",
+                      "Transport between hosts: ib, ucx or tcp. Unset: the best one every rank has (ib, then ucx where "
+                      "UCX drives an RDMA device, then tcp), logged at INFO. Ignored when COLL_TRANSPORT is set.",
                       {KnobSection::Transports, 30});
 Connections::Connections(const Topology& topo, FailureManager& failure) : topo_(topo), failure_(failure) {}
 
@@ -36,7 +38,8 @@ Status Connections::readForcedTransport(uint32_t* availableNets) {
   if (forced == "shm") forced_ = TransportKind::Shm;
   else if (netKindFromName(forced, &ignored)) forced_ = TransportKind::Net;
   else if (!forced.empty())
-    return makeError(collInvalidUsage, "COLL_TRANSPORT=%s is not a transport (known: shm, tcp, ucx, ib)", forced.c_str());
+    return makeError(collInvalidUsage, "COLL_TRANSPORT=%s is not a transport (known: shm, tcp, ucx, ib)",
+                     forced.c_str());
   *availableNets = probeNetAvailability(&netUnavailable_);
   return okStatus();
 }
@@ -85,8 +88,8 @@ Status Connections::chooseNet(const std::string& configNetName) {
   NetKind kind = NetKind::Tcp;
   if (!source.empty()) {
     if (!netKindFromName(wanted, &kind)) {
-      return makeError(collInvalidUsage, "%s=%s is not a transport between hosts (known: ib, ucx, tcp)",
-                       source.c_str(), wanted.c_str());
+      return makeError(collInvalidUsage, "%s=%s is not a transport between hosts (known: ib, ucx, tcp)", source.c_str(),
+                       wanted.c_str());
     }
     const int missing = lacking[static_cast<int>(kind)];
     if (missing >= 0) {
@@ -106,8 +109,8 @@ Status Connections::chooseNet(const std::string& configNetName) {
       }
     }
   }
-  COLL_TRY(createNet(kind, *bootstrap_, &net_).withContext(std::string("creating the ") + netKindName(kind) +
-                                                            " transport"));
+  COLL_TRY(
+      createNet(kind, *bootstrap_, &net_).withContext(std::string("creating the ") + netKindName(kind) + " transport"));
   if (rank() == 0 && (topo_.nhosts > 1 || forced_ == TransportKind::Net)) {
     COLL_INFO(rank(), "transport between hosts: %s (%s)", net_->describe().c_str(),
               source.empty() ? "automatic: the best one every rank has" : source.c_str());

@@ -71,11 +71,11 @@ class Connections final : public Links {
   int64_t timeoutMs_ = 0;
   TransportKind forced_ = TransportKind::Auto;
   std::unique_ptr<ShmHost> shm_;
-  std::unique_ptr<NetTransport> net_;                      // between hosts (or everywhere when forced)
-  bool netUsed_ = false;                                   // a connection of net_ exists: sleep in poll()
-  std::string netUnavailable_;                             // why this rank lacks ucx / ib (for errors)
+  std::unique_ptr<NetTransport> net_;                     // between hosts (or everywhere when forced)
+  bool netUsed_ = false;                                  // a connection of net_ exists: sleep in poll()
+  std::string netUnavailable_;                            // why this rank lacks ucx / ib (for errors)
   std::vector<std::unique_ptr<Connection>> connections_;  // by peer rank, lazily made
-  std::vector<Connection*> madeConnections_;               // the non-null entries of connections_
+  std::vector<Connection*> madeConnections_;              // the non-null entries of connections_
   WaitPolicy waitPolicy_;
 };
 

@@ -23,7 +23,8 @@
 namespace coll {
 
 const BoolKnob kDumpOnSignal("COLL_DUMP_ON_SIGNAL", "0",
-                             "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the operation, its pending steps and the peers it waits for.",
+                             "1: SIGUSR1 makes every live communicator log what it is doing (as collCommDump): the "
+                             "operation, its pending steps and the peers it waits for.",
                              {KnobSection::PlannerExecutor, 140});
 
 namespace {
@@ -85,9 +86,11 @@ void maybeInstallDumpSignal() {
 }  // namespace
 
 constexpr size_t kNotifyThreads = 16;  // notices in flight at once
-constexpr int kNoticeGraceMs = 100;     // how long a rank about to blame a peer waits for a notice
+constexpr int kNoticeGraceMs = 100;    // how long a rank about to blame a peer waits for a notice
 
-int FailureManager::controlTimeoutMs() const { return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000)); }
+int FailureManager::controlTimeoutMs() const {
+  return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000));
+}
 
 std::string FailureManager::hostOf(int peer) const {
   if (!bootstrap_ || peer < 0 || peer >= bootstrap_->nranks()) return std::string();
@@ -95,8 +98,8 @@ std::string FailureManager::hostOf(int peer) const {
   return hostOfAddress(p.address.toString()) + ", pid " + std::to_string(p.pid);
 }
 
-void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::string& name,
-                           FailureManager* laneParent, LaneFailureHooks* lanes) {
+void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::string& name, FailureManager* laneParent,
+                           LaneFailureHooks* lanes) {
   bootstrap_ = bootstrap;
   rank_ = bootstrap->rank();
   nranks_ = bootstrap->nranks();
@@ -105,9 +108,8 @@ void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::s
   laneParent_ = laneParent;
   lanes_ = lanes;
   started_ = true;
-  bootstrap_->setControlHandler([this](int from, uint32_t tag, const std::vector<uint8_t>& payload) {
-    return onControl(from, tag, payload);
-  });
+  bootstrap_->setControlHandler(
+      [this](int from, uint32_t tag, const std::vector<uint8_t>& payload) { return onControl(from, tag, payload); });
   notifier_ = std::thread([this] { notifyLoop(); });
   {
     std::lock_guard<std::mutex> lock(gLiveMu);
@@ -194,7 +196,8 @@ void FailureManager::fail(const Status& status) {
     // A lane's failure is the communicator's. The failed peers go first: a caller that sees the
     // communicator failed must find them in collCommGetFailedRanks (the lane records a peer
     // before it forwards it, and its failed call can return in between).
-    for (const FailedPeer& f : failures_.peers()) (void)laneParent_->recordFailure(f.rank, f.reason, f.reportedBy, false);
+    for (const FailedPeer& f : failures_.peers())
+      (void)laneParent_->recordFailure(f.rank, f.reason, f.reportedBy, false);
     laneParent_->fail(status);
   }
 }
@@ -252,13 +255,13 @@ std::vector<uint8_t> FailureManager::onControl(int from, uint32_t tag, const std
       a.idleMs = since > 0 ? static_cast<uint32_t>(std::clamp<int64_t>((nowNs() - since) / 1000000, 0, UINT32_MAX)) : 0;
       FailedPeer f;
       if (failures_.first(&f)) a.failedRank = f.rank;
-      if (!a.running && lanes_ != nullptr) lanes_->answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
+      if (!a.running && lanes_ != nullptr)
+        lanes_->answerFromLanes(&a);  // idle here, but this rank may wait in another stream lane
       std::vector<uint8_t> out(kWaitForWire);
       encodeWaitFor(a, out.data());
       return out;
     }
-    default:
-      return {};
+    default: return {};
   }
 }
 
@@ -387,14 +390,19 @@ void FailureManager::followWaitChain(int first, uint64_t mySeq, int* culprit, st
       return;
     }
     if (!a.running) {
-      snprintf(buf, sizeof(buf), "is alive but not in a collective call (its last call is %" PRIu64
-               ", this rank waits in call %" PRIu64 ")", a.seq, mySeq);
+      snprintf(buf, sizeof(buf),
+               "is alive but not in a collective call (its last call is %" PRIu64 ", this rank waits in call %" PRIu64
+               ")",
+               a.seq, mySeq);
       *culprit = cur, *reason = buf;
       return;
     }
     if (a.waitPeer < 0) {
-      snprintf(buf, sizeof(buf), "is in call %" PRIu64 " but waits for no peer (still progressing: too slow for "
-               "COLL_TIMEOUT?)", a.seq);
+      snprintf(buf, sizeof(buf),
+               "is in call %" PRIu64
+               " but waits for no peer (still progressing: too slow for "
+               "COLL_TIMEOUT?)",
+               a.seq);
       *culprit = cur, *reason = buf;
       return;
     }

@@ -97,7 +97,7 @@ class FailureManager {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   Deadline callDeadline() const { return Deadline::afterMs(timeoutMs_); }
-  int controlTimeoutMs() const;  // per control message: clamp(timeout / 8, 200 ms, 2 s)
+  int controlTimeoutMs() const;        // per control message: clamp(timeout / 8, 200 ms, 2 s)
   std::string hostOf(int peer) const;  // "198.18.0.4, pid 1234"
   void notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject);
   void notifyLoop();

@@ -22,16 +22,18 @@
 #include <cstring>
 #include <string>
 
-#include "src/oob/auth.h"
-#include "src/oob/bootstrap.h"
 #include "src/base/byte_order.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
 
 namespace coll {
 
 const IntKnob kStreamLanes("COLL_STREAM_LANES", "2",
-                           "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different host streams of one communicator overlaps; lane k > 0 is an internal communicator over the same ranks, made on first use. 1: one lane, all work of a communicator in issue order.",
+                           "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different "
+                           "host streams of one communicator overlaps; lane k > 0 is an internal communicator over the "
+                           "same ranks, made on first use. 1: one lane, all work of a communicator in issue order.",
                            {KnobSection::PlannerExecutor, 120});
 
 namespace {
@@ -145,7 +147,8 @@ Status Lanes::make(int k, std::unique_ptr<Comm>* out) {
     }
   }
   if (me > 0) {
-    COLL_TRY(sendPolling((me - 1) / 2, upTag, mark, sizeof(mark), deadline).withContext("stream lane " + std::to_string(k)));
+    COLL_TRY(
+        sendPolling((me - 1) / 2, upTag, mark, sizeof(mark), deadline).withContext("stream lane " + std::to_string(k)));
   }
   // Down: rank 0's rendezvous id, forwarded by every rank to its children.
   collUniqueId id;
@@ -156,7 +159,8 @@ Status Lanes::make(int k, std::unique_ptr<Comm>* out) {
     COLL_TRY(startBootstrapRoot(SocketAddress{}, &secret, &id).withContext("stream lane: starting the rendezvous"));
   } else {
     std::vector<uint8_t> m;
-    COLL_TRY(recvPolling((me - 1) / 2, downTag, &m, sizeof(id), deadline).withContext("stream lane " + std::to_string(k)));
+    COLL_TRY(
+        recvPolling((me - 1) / 2, downTag, &m, sizeof(id), deadline).withContext("stream lane " + std::to_string(k)));
     if (m.size() != sizeof(id)) {
       return makeError(collRemoteError, "rank %d sent a %zu-byte stream-lane id (want %zu)", (me - 1) / 2, m.size(),
                        sizeof(id));
@@ -212,8 +216,8 @@ void Lanes::loop(Lane& lane) {
     Status status;
     if (work.stream) status = work.stream->waitTurn(work.ticket, parent_.callDeadline());
     if (status.ok()) status = run(lane, work);
-    if (!status.ok()) COLL_WARN(parent_.rank(), "stream-ordered work on lane %d failed: %s", lane.index,
-                                status.message().c_str());
+    if (!status.ok())
+      COLL_WARN(parent_.rank(), "stream-ordered work on lane %d failed: %s", lane.index, status.message().c_str());
     if (work.stream) work.stream->complete(work.ticket, status);
   }
 }

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "src/comm/comm.h"
 #include "src/base/status.h"
+#include "src/comm/comm.h"
 
 namespace coll {
 

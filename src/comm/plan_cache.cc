@@ -13,17 +13,24 @@
 namespace coll {
 
 const StringKnob kAlgo("COLL_ALGO", "",
-                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). Algorithms: the names collinfo lists (the algorithm registry: ring, tree, direct, hier, ...). A filter that leaves a collective nothing that can run is an error at init.",
+                       "Restrict the planner's algorithms, NCCL syntax: ring (every collective that has it), "
+                       "allreduce:tree,ring;allgather:bruck (per collective), ^tree or allreduce:^ring (exclude). "
+                       "Algorithms: the names collinfo lists (the algorithm registry: ring, tree, direct, hier, ...). "
+                       "A filter that leaves a collective nothing that can run is an error at init.",
                        {KnobSection::PlannerExecutor, 10});
 const StringKnob kTorusDims("COLL_TORUS_DIMS", "",
-                            "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per host x hosts, else the most balanced factorisation).",
+                            "Torus All-Reduce grid, XxY or XxYxZ, multiplying to the rank count (default: ranks per "
+                            "host x hosts, else the most balanced factorisation).",
                             {KnobSection::PlannerExecutor, 20});
 const IntKnob kLinkNicsPerHost("COLL_LINK_NICS_PER_HOST", "1",
-                               "Planner: network links per host that inter-host traffic spreads over (local rank i uses link i*N/ranks-on-host). 1 (default): one link shared by all of a host's ranks, as on an emulated cluster; 0: one per rank (a NIC per GPU, as real GPU clusters).",
+                               "Planner: network links per host that inter-host traffic spreads over (local rank i "
+                               "uses link i*N/ranks-on-host). 1 (default): one link shared by all of a host's ranks, "
+                               "as on an emulated cluster; 0: one per rank (a NIC per GPU, as real GPU clusters).",
                                {KnobSection::PlannerExecutor, 80});
-const BytesKnob kDirectMaxBytes("COLL_DIRECT_MAX_BYTES", "",
-                                "Largest message the planner sends through the direct algorithm (default: what fits in a window half).",
-                                {KnobSection::PlannerExecutor, 100});
+const BytesKnob kDirectMaxBytes(
+    "COLL_DIRECT_MAX_BYTES", "",
+    "Largest message the planner sends through the direct algorithm (default: what fits in a window half).",
+    {KnobSection::PlannerExecutor, 100});
 
 Status PlanCache::checkAlgoKnob(const Topology& topo, bool haveWindows, uint64_t windowHalfBytes) {
   PlannerInputs early;
@@ -48,7 +55,8 @@ Status PlanCache::setInputs(bool haveWindows, uint64_t windowHalfBytes) {
   in.sliceBytes = kSliceBytes.raw() ? kSliceBytes.get() : 0;
   const int64_t nics = kLinkNicsPerHost.get();
   if (nics < 0 || nics > 65536) {
-    return makeError(collInvalidUsage, "COLL_LINK_NICS_PER_HOST=%lld: want 0 (one NIC per rank) or a count of NICs per host",
+    return makeError(collInvalidUsage,
+                     "COLL_LINK_NICS_PER_HOST=%lld: want 0 (one NIC per rank) or a count of NICs per host",
                      static_cast<long long>(nics));
   }
   in.nicsPerHost = static_cast<int32_t>(nics);
@@ -107,8 +115,8 @@ void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t
   for (int i = 0; i < choice.ncandidates; ++i) {
     const Candidate& c = choice.candidates[i];
     char buf[160];
-    snprintf(buf, sizeof(buf), "%s%s %.1f", others.empty() ? "" : ", ",
-             describeChoice(c.algo, c.options, 0).c_str(), c.seconds * 1e6);
+    snprintf(buf, sizeof(buf), "%s%s %.1f", others.empty() ? "" : ", ", describeChoice(c.algo, c.options, 0).c_str(),
+             c.seconds * 1e6);
     others += buf;
   }
   // A call run in rounds is logged under its own count (the one the user passed), with the round's.
@@ -123,7 +131,8 @@ void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t
 }
 
 void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
-  if (args.kind == CollKind::Send || args.kind == CollKind::Recv) return;  // point-to-point calls go through pointToPoint()
+  if (args.kind == CollKind::Send || args.kind == CollKind::Recv)
+    return;  // point-to-point calls go through pointToPoint()
   const BuildRequest request{topo_, args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
   algorithm(choice.algo).build(request, out);
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;

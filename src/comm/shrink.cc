@@ -7,19 +7,19 @@
 #include <cstring>
 #include <iterator>
 
-#include "src/oob/auth.h"
 #include "src/base/byte_order.h"
-#include "src/oob/bootstrap.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
 #include "src/oob/socket.h"
 
 namespace coll {
 namespace {
 
-constexpr uint32_t kRequestMagic = 0x51524853u;  // "SHRQ" as little-endian bytes
-constexpr uint32_t kReplyMagic = 0x50524853u;    // "SHRP"
-constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                     // magic seq nranks count digest listed
+constexpr uint32_t kRequestMagic = 0x51524853u;                            // "SHRQ" as little-endian bytes
+constexpr uint32_t kReplyMagic = 0x50524853u;                              // "SHRP"
+constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                   // magic seq nranks count digest listed
 constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + sizeof(collUniqueId) + 4;  // magic seq code newNranks id textLen
 
 using le::get32;
@@ -207,8 +207,9 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
   if (st.ok()) st = decodeShrinkReply(msg.data(), msg.size(), n, &reply);
   if (!st.ok()) return st.withContext("collCommShrink: the answer of the leader, rank " + std::to_string(leader));
   if (reply.seq != seq) {
-    return makeError(collInvalidUsage, "collCommShrink: the leader, rank %d, answered shrink #%u where this rank is at #%u",
-                     leader, reply.seq + 1, seq + 1);
+    return makeError(collInvalidUsage,
+                     "collCommShrink: the leader, rank %d, answered shrink #%u where this rank is at #%u", leader,
+                     reply.seq + 1, seq + 1);
   }
   if (reply.code != collSuccess) {
     return Status(reply.code, "collCommShrink: the leader, rank " + std::to_string(leader) +
@@ -216,8 +217,8 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
   }
   if (reply.newNranks != survivors.size()) {
     return makeError(collInvalidUsage,
-                     "collCommShrink: the leader, rank %d, counts %u survivors where this rank counts %zu",
-                     leader, reply.newNranks, survivors.size());
+                     "collCommShrink: the leader, rank %d, counts %u survivors where this rank counts %zu", leader,
+                     reply.newNranks, survivors.size());
   }
   const int newRank = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
   return joinNew(reply.id, static_cast<int>(survivors.size()), newRank, config, out);
@@ -226,7 +227,8 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
 }  // namespace
 
 Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int excludeCount, std::vector<int>* sorted) {
-  if (excludeCount < 0) return makeError(collInvalidArgument, "collCommShrink: excludeCount %d is negative", excludeCount);
+  if (excludeCount < 0)
+    return makeError(collInvalidArgument, "collCommShrink: excludeCount %d is negative", excludeCount);
   if (excludeCount > 0 && excludeRanks == nullptr) {
     return makeError(collInvalidArgument, "collCommShrink: excludeRanks is NULL with excludeCount %d", excludeCount);
   }
@@ -238,8 +240,10 @@ Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int exclu
   sorted->assign(excludeRanks, excludeRanks + excludeCount);
   for (int i = 0; i < excludeCount; ++i) {
     if (excludeRanks[i] < 0 || excludeRanks[i] >= nranks) {
-      return makeError(collInvalidArgument, "collCommShrink: excludeRanks[%d] = %d is not a rank of this %d-rank "
-                       "communicator (0..%d)", i, excludeRanks[i], nranks, nranks - 1);
+      return makeError(collInvalidArgument,
+                       "collCommShrink: excludeRanks[%d] = %d is not a rank of this %d-rank "
+                       "communicator (0..%d)",
+                       i, excludeRanks[i], nranks, nranks - 1);
     }
   }
   std::sort(sorted->begin(), sorted->end());
@@ -250,7 +254,8 @@ Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int exclu
   if (std::binary_search(sorted->begin(), sorted->end(), rank)) {
     return makeError(collInvalidArgument,
                      "collCommShrink: rank %d excludes itself: an excluded rank must not call collCommShrink "
-                     "(destroy or abort its communicator instead)", rank);
+                     "(destroy or abort its communicator instead)",
+                     rank);
   }
   return okStatus();
 }
@@ -337,7 +342,8 @@ Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, S
     const int32_t x = static_cast<int32_t>(get32(data + kRequestHeader + 4 * static_cast<size_t>(i)));
     // Sorted and in range: the leader compares lists with set operations.
     if (x < 0 || x >= parentNranks || (i > 0 && x <= r.listed[i - 1])) {
-      return makeError(collRemoteError, "malformed shrink request: excluded rank %d at %u is out of order or range", x, i);
+      return makeError(collRemoteError, "malformed shrink request: excluded rank %d at %u is out of order or range", x,
+                       i);
     }
     r.listed[i] = x;
   }

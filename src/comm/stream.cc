@@ -14,7 +14,8 @@ uint64_t HostStream::enqueue() {
 Status HostStream::waitTurn(uint64_t ticket, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_ + 1 >= ticket; })) {
-    return makeError(collTimeout, "a host stream's earlier operation (on another communicator) did not complete "
+    return makeError(collTimeout,
+                     "a host stream's earlier operation (on another communicator) did not complete "
                      "within COLL_TIMEOUT");
   }
   return okStatus();
@@ -85,7 +86,8 @@ Status findHostStream(collStream_t handle, std::shared_ptr<HostStream>* out) {
   if (it == streams().end()) {
     return makeError(collInvalidArgument,
                      "stream %p is not a host stream made by collHostStreamCreate (GPU streams need GPU buffers, "
-                     "which this build does not support yet)", handle);
+                     "which this build does not support yet)",
+                     handle);
   }
   *out = it->second;
   return okStatus();

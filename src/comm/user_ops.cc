@@ -8,7 +8,8 @@ Status UserOps::create(double scalar, collDataType_t dtype, collRedOp_t* op) {
   while (index < ops_.size() && ops_[index].live) ++index;
   if (index == ops_.size()) {
     if (ops_.size() >= 1024) {
-      return makeError(collInvalidUsage, "too many live PreMulSum ops (1024) on this communicator; destroy unused ones");
+      return makeError(collInvalidUsage,
+                       "too many live PreMulSum ops (1024) on this communicator; destroy unused ones");
     }
     ops_.emplace_back();
   }
@@ -30,8 +31,10 @@ Status UserOps::destroy(collRedOp_t op) {
 Status UserOps::check(collRedOp_t op, collDataType_t dtype) const {
   int index = static_cast<int>(op) - collNumOps;
   if (index < 0 || index >= static_cast<int>(ops_.size()) || !ops_[index].live) {
-    return makeError(collInvalidArgument, "reduction op %d is neither a built-in op nor a live PreMulSum op of this "
-                     "communicator", static_cast<int>(op));
+    return makeError(collInvalidArgument,
+                     "reduction op %d is neither a built-in op nor a live PreMulSum op of this "
+                     "communicator",
+                     static_cast<int>(op));
   }
   if (ops_[index].dtype != dtype) {
     return makeError(collInvalidArgument, "PreMulSum op %d was created for datatype %d, used with datatype %d",

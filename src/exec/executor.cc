@@ -19,14 +19,15 @@
 
 namespace coll {
 
-const IntKnob kSpinCount("COLL_SPIN_COUNT", "",
-                         "Polls before a waiting rank yields the CPU (default 2000, or 0 with more ranks on the machine than cores).",
-                         {KnobSection::Transports, 230});
-const IntKnob kYieldCount("COLL_YIELD_COUNT", "200",
-                          "Yields before a waiting rank sleeps on a futex.",
+const IntKnob kSpinCount(
+    "COLL_SPIN_COUNT", "",
+    "Polls before a waiting rank yields the CPU (default 2000, or 0 with more ranks on the machine than cores).",
+    {KnobSection::Transports, 230});
+const IntKnob kYieldCount("COLL_YIELD_COUNT", "200", "Yields before a waiting rank sleeps on a futex.",
                           {KnobSection::Transports, 240});
 const BytesKnob kSliceBytes("COLL_SLICE_BYTES", "128K",
-                            "Executor slice: the unit that streams through a rank. When set, the planner keeps it; unset, pipelined trees and chains may get another chunk from the planner.",
+                            "Executor slice: the unit that streams through a rank. When set, the planner keeps it; "
+                            "unset, pipelined trees and chains may get another chunk from the planner.",
                             {KnobSection::PlannerExecutor, 110});
 
 namespace {
@@ -72,22 +73,16 @@ bool isQuantizedStep(StepKind k) {
          k == StepKind::DequantAccumulate;
 }
 
-bool isTransportStep(StepKind k) {
-  return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce;
-}
+bool isTransportStep(StepKind k) { return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce; }
 
 }  // namespace
 
 std::byte* Execution::resolve(const BufRef& ref) const {
   switch (ref.kind) {
-    case BufKind::Send:
-      return const_cast<std::byte*>(static_cast<const std::byte*>(buffers_.send)) + ref.offset;
-    case BufKind::Recv:
-      return static_cast<std::byte*>(buffers_.recv) + ref.offset;
-    case BufKind::Scratch:
-      return const_cast<std::byte*>(scratch_.data()) + ref.offset;
-    case BufKind::Window:
-      return windows_->windowHalf(ref.owner, seq_) + ref.offset;
+    case BufKind::Send: return const_cast<std::byte*>(static_cast<const std::byte*>(buffers_.send)) + ref.offset;
+    case BufKind::Recv: return static_cast<std::byte*>(buffers_.recv) + ref.offset;
+    case BufKind::Scratch: return const_cast<std::byte*>(scratch_.data()) + ref.offset;
+    case BufKind::Window: return windows_->windowHalf(ref.owner, seq_) + ref.offset;
     case BufKind::Extra:
       // Checked against nextra in bind(): builders and the communicator agree on the count.
       return static_cast<std::byte*>(buffers_.extra[ref.owner]) + ref.offset;
@@ -107,8 +102,9 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     preparedLinks_ = &links;
   }
   if (hasQuantSteps_ && buffers.quant == nullptr) {
-    return makeError(collInternalError, "rank %d: schedule '%s' quantizes but the call carries no compression parameters",
-                     rank_, schedule.algorithm);
+    return makeError(collInternalError,
+                     "rank %d: schedule '%s' quantizes but the call carries no compression parameters", rank_,
+                     schedule.algorithm);
   }
   if (buffers.nextra < extraNeeded_) {
     return makeError(collInternalError, "rank %d: schedule '%s' names %zu extra buffers, %zu given", rank_,
@@ -130,8 +126,9 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
                      static_cast<int>(schedule.dtype));
   }
   if (schedule.op == collAvg || schedule.op < 0 || schedule.op >= collNumOps) {
-    return makeError(collInternalError, "rank %d: schedule '%s' carries op %d; builders must turn avg into sum + Divide",
-                     rank_, schedule.algorithm, static_cast<int>(schedule.op));
+    return makeError(collInternalError,
+                     "rank %d: schedule '%s' carries op %d; builders must turn avg into sum + Divide", rank_,
+                     schedule.algorithm, static_cast<int>(schedule.op));
   }
 
   const size_t nsteps = schedule.steps.size();
@@ -145,7 +142,8 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
     }
     if (schedule.windowBytes > windows_->halfBytes() || schedule.publishSlots > windows_->maxPublishSlots()) {
       return makeError(collInternalError,
-                       "rank %d: schedule '%s' needs %" PRIu64 " window bytes and %d progress slots; the window half "
+                       "rank %d: schedule '%s' needs %" PRIu64
+                       " window bytes and %d progress slots; the window half "
                        "has %" PRIu64 " bytes and %d slots (COLL_SHM_WINDOW_BYTES)",
                        rank_, schedule.algorithm, schedule.windowBytes, schedule.publishSlots, windows_->halfBytes(),
                        windows_->maxPublishSlots());
@@ -196,8 +194,9 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
     const Step& s = schedule.steps[i];
     if (s.depBegin + static_cast<size_t>(s.ndeps) > schedule.deps.size() ||
         s.srcBegin + static_cast<size_t>(s.nsrcs) > schedule.srcs.size()) {
-      return makeError(collInternalError, "rank %d: step %zu of schedule '%s' names dependencies or sources out of range",
-                       rank_, i, schedule.algorithm);
+      return makeError(collInternalError,
+                       "rank %d: step %zu of schedule '%s' names dependencies or sources out of range", rank_, i,
+                       schedule.algorithm);
     }
     if (s.publishSlot >= schedule.publishSlots || (s.publishSlot >= 0 && windows_ == nullptr)) {
       return makeError(collInternalError, "rank %d: step %zu of schedule '%s' publishes slot %d of %d (windows %s)",
@@ -207,8 +206,10 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
     if (isTransportStep(s.kind)) {
       auto it = std::find(schedule.peers.begin(), schedule.peers.end(), s.peer);
       if (it == schedule.peers.end()) {
-        return makeError(collInternalError, "rank %d: step %zu of schedule '%s' talks to rank %d, missing from "
-                         "Schedule::peers (finalizePeers not called?)", rank_, i, schedule.algorithm, s.peer);
+        return makeError(collInternalError,
+                         "rank %d: step %zu of schedule '%s' talks to rank %d, missing from "
+                         "Schedule::peers (finalizePeers not called?)",
+                         rank_, i, schedule.algorithm, s.peer);
       }
       int32_t p = static_cast<int32_t>(it - schedule.peers.begin());
       stepPeer_[i] = p;
@@ -230,9 +231,10 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
       hasQuantSteps_ = true;
       if (!kernels::validQuantBlockSize(schedule.quantBlock) ||
           s.elems > s.count * static_cast<uint64_t>(schedule.quantBlock)) {
-        return makeError(collInternalError, "rank %d: step %zu of schedule '%s' quantizes with block %d over %" PRIu64
-                         " blocks / %" PRIu64 " elements", rank_, i, schedule.algorithm, schedule.quantBlock, s.count,
-                         s.elems);
+        return makeError(collInternalError,
+                         "rank %d: step %zu of schedule '%s' quantizes with block %d over %" PRIu64 " blocks / %" PRIu64
+                         " elements",
+                         rank_, i, schedule.algorithm, schedule.quantBlock, s.count, s.elems);
       }
     }
     if (s.count > 0) countedSteps_++;
@@ -274,11 +276,13 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
       continue;
     }
     if (windows_ == nullptr) {
-      return makeError(collInternalError, "rank %d: schedule '%s' waits on local rank %d but this rank has no host "
-                       "windows", rank_, schedule.algorithm, d.peer);
+      return makeError(collInternalError,
+                       "rank %d: schedule '%s' waits on local rank %d but this rank has no host "
+                       "windows",
+                       rank_, schedule.algorithm, d.peer);
     }
-    depAtomic_[k] = d.kind == DepKind::PeerStep ? &windows_->progressSlot(d.peer, d.slot)
-                                                 : &windows_->completedCalls(d.peer);
+    depAtomic_[k] =
+        d.kind == DepKind::PeerStep ? &windows_->progressSlot(d.peer, d.slot) : &windows_->completedCalls(d.peer);
   }
   mySlots_.resize(windows_ != nullptr ? static_cast<size_t>(schedule.publishSlots) : 0);
   for (size_t k = 0; k < mySlots_.size(); ++k) mySlots_[k] = &windows_->progressSlot(rank_, static_cast<int>(k));
@@ -294,7 +298,9 @@ void Execution::bind(const ExecBuffers& buffers, uint64_t seq) {
   buffers_ = buffers;
   seq_ = seq;
   failedPeer_ = -1;
-  size_t slice = sliceOverride_ != 0 ? sliceOverride_ : schedule_->sliceBytes != 0 ? schedule_->sliceBytes : knobSliceBytes();
+  size_t slice = sliceOverride_ != 0          ? sliceOverride_
+                 : schedule_->sliceBytes != 0 ? schedule_->sliceBytes
+                                              : knobSliceBytes();
   sliceElems_ = std::max<uint64_t>(1, slice / es_);
   const size_t nsteps = schedule.steps.size();
   for (size_t i = 0; i < nsteps; ++i) {
@@ -526,17 +532,12 @@ bool Execution::progressLocal(int32_t index) {
         }
         kernels::reduceN(dst + dn * es_, reduceTmp_.data(), static_cast<int>(s.nsrcs), n, sc.dtype, sc.op);
         break;
-      case StepKind::Divide:
-        kernels::divide(dst + dn * es_, src + dn * es_, n, sc.dtype, sc.divisor);
-        break;
+      case StepKind::Divide: kernels::divide(dst + dn * es_, src + dn * es_, n, sc.dtype, sc.divisor); break;
       case StepKind::Widen:
       case StepKind::Quantize:
       case StepKind::Dequantize:
-      case StepKind::DequantAccumulate:
-        runQuantSlice(s, dst, src, dn, n);
-        break;
-      default:
-        break;
+      case StepKind::DequantAccumulate: runQuantSlice(s, dst, src, dn, n); break;
+      default: break;
     }
     dn += n;
     done_[index] = dn;
@@ -566,8 +567,8 @@ void Execution::runQuantSlice(const Step& s, std::byte* dst, const std::byte* sr
         kernels::divide(const_cast<std::byte*>(in), in, elems, collFloat32, sc.divisor);
       }
       std::byte* residual = resolve(s.aux);
-      kernels::quantize4(dst + dn * record, in, isFloat ? collFloat32 : sc.dtype, elems, *buffers_.quant,
-                         s.first + e0, residual != nullptr ? reinterpret_cast<float*>(residual) + e0 : nullptr);
+      kernels::quantize4(dst + dn * record, in, isFloat ? collFloat32 : sc.dtype, elems, *buffers_.quant, s.first + e0,
+                         residual != nullptr ? reinterpret_cast<float*>(residual) + e0 : nullptr);
       break;
     }
     case StepKind::Dequantize:
@@ -576,8 +577,7 @@ void Execution::runQuantSlice(const Step& s, std::byte* dst, const std::byte* sr
     case StepKind::DequantAccumulate:
       kernels::dequantizeAccumulate4(reinterpret_cast<float*>(dst) + e0, src + dn * record, elems, sc.quantBlock);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -592,8 +592,9 @@ Status Execution::poll(bool* done, bool* progressed) {
     bool moved = false;
     Status st = conns_[p]->progress(&moved);
     if (!st.ok()) {
-      int32_t head = sendCursor_[p] < sendBegin_[p + 1] ? sendQueue_[sendCursor_[p]]
-                     : recvCursor_[p] < recvBegin_[p + 1] ? recvQueue_[recvCursor_[p]] : -1;
+      int32_t head = sendCursor_[p] < sendBegin_[p + 1]   ? sendQueue_[sendCursor_[p]]
+                     : recvCursor_[p] < recvBegin_[p + 1] ? recvQueue_[recvCursor_[p]]
+                                                          : -1;
       char ctx[160];
       snprintf(ctx, sizeof(ctx), "rank %d, call %" PRIu64 ", step %d (%s) with peer %d", rank_, seq_, head,
                head >= 0 ? stepKindName(schedule_->steps[head].kind) : "none", schedule_->peers[p]);
@@ -610,7 +611,10 @@ Status Execution::poll(bool* done, bool* progressed) {
       const int32_t end = recvBegin_[p + 1];
       while (cur < end) {
         int32_t i = recvQueue_[cur];
-        if (done_[i] >= steps[i].count) { ++cur; continue; }
+        if (done_[i] >= steps[i].count) {
+          ++cur;
+          continue;
+        }
         any |= progressRecv(i);
         if (done_[i] < steps[i].count) break;
       }
@@ -628,7 +632,10 @@ Status Execution::poll(bool* done, bool* progressed) {
       const int32_t end = sendBegin_[p + 1];
       while (cur < end) {
         int32_t i = sendQueue_[cur];
-        if (done_[i] >= steps[i].count) { ++cur; continue; }
+        if (done_[i] >= steps[i].count) {
+          ++cur;
+          continue;
+        }
         any |= progressSend(i);
         if (done_[i] < steps[i].count) break;
       }
@@ -699,9 +706,10 @@ std::string Execution::describePending() const {
           break;
         case DepKind::PeerStep: {
           uint64_t v = depAtomic_[k]->load(std::memory_order_acquire);
-          snprintf(line, sizeof(line), "; waits for rank %d slot %d (published call %" PRIu64 ", %" PRIu64
-                   " elements; needs call %" PRIu64 ", %" PRIu64 ")", d.peer, d.slot, v >> HostWindows::kSeqShift,
-                   v & kElemMask, seq_, d.count);
+          snprintf(line, sizeof(line),
+                   "; waits for rank %d slot %d (published call %" PRIu64 ", %" PRIu64 " elements; needs call %" PRIu64
+                   ", %" PRIu64 ")",
+                   d.peer, d.slot, v >> HostWindows::kSeqShift, v & kElemMask, seq_, d.count);
           out += line;
           break;
         }
@@ -789,8 +797,9 @@ namespace {
 // for and its pending steps, which cost a scan of the schedule.
 void publishIdle(const Execution& execution, ExecSnapshot* snap, bool text, bool first) {
   if (first) {
-    snap->idleSinceNs.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
-                            std::memory_order_release);
+    snap->idleSinceNs.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
+        std::memory_order_release);
   }
   if (text) {
     int32_t step, peer;

@@ -25,8 +25,8 @@ struct QuantParams;
 namespace coll {
 
 // The executor's knobs (the wait policy, the slice), which the planner and the link probe read too.
-extern const IntKnob kSpinCount;  // COLL_SPIN_COUNT
-extern const IntKnob kYieldCount;  // COLL_YIELD_COUNT
+extern const IntKnob kSpinCount;     // COLL_SPIN_COUNT
+extern const IntKnob kYieldCount;    // COLL_YIELD_COUNT
 extern const BytesKnob kSliceBytes;  // COLL_SLICE_BYTES
 
 struct ExecBuffers {
@@ -105,22 +105,22 @@ class Execution {
   uint64_t sliceElems_ = 1;
   size_t sliceOverride_ = 0;
 
-  std::vector<uint64_t> done_;          // elements done per step
-  std::vector<uint8_t> padded_;         // per step: stream padding handled (Send/Recv kinds)
-  std::vector<int32_t> stepPeer_;       // per step: index into conns_ (-1 for local steps)
-  std::vector<std::byte*> srcPtr_, dstPtr_;  // per step, resolved at start
-  std::vector<const void*> reduceSrcs_;      // per Schedule::srcs entry, resolved at start
-  std::vector<const void*> reduceTmp_;       // shifted source pointers of one Reduce slice
+  std::vector<uint64_t> done_;                     // elements done per step
+  std::vector<uint8_t> padded_;                    // per step: stream padding handled (Send/Recv kinds)
+  std::vector<int32_t> stepPeer_;                  // per step: index into conns_ (-1 for local steps)
+  std::vector<std::byte*> srcPtr_, dstPtr_;        // per step, resolved at start
+  std::vector<const void*> reduceSrcs_;            // per Schedule::srcs entry, resolved at start
+  std::vector<const void*> reduceTmp_;             // shifted source pointers of one Reduce slice
   std::vector<std::atomic<uint64_t>*> depAtomic_;  // per dep: progress slot / completed-call word
   std::vector<std::atomic<uint64_t>*> mySlots_;    // this rank's published progress slots
-  std::vector<Connection*> conns_;      // per distinct peer (Schedule::peers order)
+  std::vector<Connection*> conns_;                 // per distinct peer (Schedule::peers order)
   // A receive posted to a connection: the head of its peer's receive queue, what its units are
   // applied to, and how (see PostedRecv; the transport calls applyPosted).
   struct StepPost : PostedRecv {
-    int32_t step = -1;  // -1: nothing posted
+    int32_t step = -1;         // -1: nothing posted
     bool unsupported = false;  // the connection does not take posts
     bool reduce = false;
-    std::byte* dst = nullptr;  // where the post's first unit goes
+    std::byte* dst = nullptr;        // where the post's first unit goes
     const std::byte* src = nullptr;  // reduce: its local operand
     collDataType_t dtype = collFloat32;
     collRedOp_t op = collSum;
@@ -132,16 +132,16 @@ class Execution {
   std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: position in its queue
   std::vector<int32_t> sendQueue_, recvQueue_;    // flattened per-peer step lists
   std::vector<int32_t> sendBegin_, recvBegin_;    // per peer offsets into the queues (+1 entry)
-  std::vector<int32_t> localSteps_;     // Copy / Reduce / Divide steps, in order
-  size_t localFirst_ = 0;               // first possibly unfinished entry of localSteps_
-  size_t remaining_ = 0;                // unfinished steps
+  std::vector<int32_t> localSteps_;               // Copy / Reduce / Divide steps, in order
+  size_t localFirst_ = 0;                         // first possibly unfinished entry of localSteps_
+  size_t remaining_ = 0;                          // unfinished steps
   bool callPublished_ = false;
   // What prepare() was done for: a call with the same schedule (same version) and links only binds.
   const Schedule* prepared_ = nullptr;
   uint64_t preparedVersion_ = 0;
   Links* preparedLinks_ = nullptr;
-  size_t countedSteps_ = 0;             // steps with count > 0
-  size_t extraNeeded_ = 0;              // 1 + the largest BufKind::Extra index the schedule names
+  size_t countedSteps_ = 0;  // steps with count > 0
+  size_t extraNeeded_ = 0;   // 1 + the largest BufKind::Extra index the schedule names
   bool hasZeroCountPublish_ = false;
   bool hasQuantSteps_ = false;
   int32_t failedPeer_ = -1;
@@ -169,21 +169,21 @@ WaitPolicy waitPolicyFor(int machineRanks);
 // written by runToCompletion when the rank goes idle (never on the fast path), read anywhere.
 struct ExecSnapshot {
   std::atomic<bool> running{false};
-  std::atomic<uint64_t> seq{0};            // the call running, or the last one
-  std::atomic<const char*> what{"none"};   // the collective's name (a static string)
+  std::atomic<uint64_t> seq{0};           // the call running, or the last one
+  std::atomic<const char*> what{"none"};  // the collective's name (a static string)
   std::atomic<uint64_t> count{0};
   std::atomic<int32_t> dtype{-1};
-  std::atomic<int32_t> step{-1};           // first pending step (-1: progressing)
-  std::atomic<int32_t> waitPeer{-1};       // the peer that step waits on (-1: none / progressing)
-  std::atomic<int64_t> idleSinceNs{0};     // steady-clock time it went idle (0: progressing)
+  std::atomic<int32_t> step{-1};        // first pending step (-1: progressing)
+  std::atomic<int32_t> waitPeer{-1};    // the peer that step waits on (-1: none / progressing)
+  std::atomic<int64_t> idleSinceNs{0};  // steady-clock time it went idle (0: progressing)
   std::mutex mu;
-  std::string pending;                     // describePending() as of the last idle refresh
+  std::string pending;  // describePending() as of the last idle refresh
 };
 
 // Runs `execution` to completion on this thread: polls, spins, yields, then sleeps on the
 // links' wait. Fails with collTimeout at the deadline (message lists the pending steps) and
 // with the transport's error when a peer fails.
-Status runToCompletion(Execution& execution, Links& links, Deadline deadline,
-                       const WaitPolicy& policy = WaitPolicy{}, ExecSnapshot* snapshot = nullptr);
+Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy = WaitPolicy{},
+                       ExecSnapshot* snapshot = nullptr);
 
 }  // namespace coll

@@ -7,8 +7,7 @@
 
 namespace coll {
 
-MemoryRing::MemoryRing(size_t bytes)
-    : ring(StreamRing::capacityFor(bytes)), data(new std::byte[ring.capacity()]) {}
+MemoryRing::MemoryRing(size_t bytes) : ring(StreamRing::capacityFor(bytes)), data(new std::byte[ring.capacity()]) {}
 
 std::span<std::byte> MemoryConnection::sendSpace() {
   const uint64_t head = out_->head.load(std::memory_order_relaxed);
@@ -43,7 +42,10 @@ void MemoryConnection::recvConsume(size_t bytes) {
 }
 
 MemoryHostWindows::MemoryHostWindows(int32_t firstRank, int32_t size, uint64_t halfBytes, int slots)
-    : firstRank_(firstRank), halfBytes_(halfBytes), slots_(slots), data_(size),
+    : firstRank_(firstRank),
+      halfBytes_(halfBytes),
+      slots_(slots),
+      data_(size),
       progress_(new std::atomic<uint64_t>[static_cast<size_t>(size) * slots]),
       completed_(new std::atomic<uint64_t>[size]) {
   for (size_t i = 0; i < static_cast<size_t>(size) * slots; ++i) progress_[i].store(0);
@@ -78,8 +80,9 @@ Status InProcessLinks::connection(int peer, Connection** out) {
                      world_->nranks());
   }
   auto& c = connections_[peer];
-  if (!c) c = std::make_unique<MemoryConnection>(peer, world_->ring(rank_, peer), world_->ring(peer, rank_),
-                                                 world_->options().directSends);
+  if (!c)
+    c = std::make_unique<MemoryConnection>(peer, world_->ring(rank_, peer), world_->ring(peer, rank_),
+                                           world_->options().directSends);
   *out = c.get();
   return okStatus();
 }
@@ -101,7 +104,9 @@ InProcessWorld::InProcessWorld(int32_t nranks, int32_t ranksPerHost, const InPro
 }
 
 InProcessWorld::InProcessWorld(const std::vector<int32_t>& hostOfRank, const InProcessOptions& options)
-    : nranks_(static_cast<int32_t>(hostOfRank.size())), ranksPerHost_(0), options_(options),
+    : nranks_(static_cast<int32_t>(hostOfRank.size())),
+      ranksPerHost_(0),
+      options_(options),
       executions_(hostOfRank.size()) {
   std::unordered_map<int32_t, int32_t> number;
   std::vector<std::vector<int32_t>> members;
@@ -115,8 +120,8 @@ InProcessWorld::InProcessWorld(const std::vector<int32_t>& hostOfRank, const InP
   windows_.resize(members.size());
   for (size_t h = 0; h < members.size(); ++h) {
     if (members[h].size() > 1) {
-      windows_[h] = std::make_unique<MemoryHostWindows>(std::move(members[h]), options.windowHalfBytes,
-                                                        options.publishSlots);
+      windows_[h] =
+          std::make_unique<MemoryHostWindows>(std::move(members[h]), options.windowHalfBytes, options.publishSlots);
     }
   }
   makeLinks();

@@ -112,8 +112,8 @@ struct InProcessOptions {
   size_t ringBytes = 4096;               // per direction of each connection; multiple of 64
   uint64_t windowHalfBytes = 64 * 1024;  // per rank and half
   int publishSlots = 4;
-  size_t sliceBytes = 0;                 // executor slice override (0 = COLL_SLICE_BYTES)
-  bool directSends = false;              // connections take every other sendDirect offer
+  size_t sliceBytes = 0;     // executor slice override (0 = COLL_SLICE_BYTES)
+  bool directSends = false;  // connections take every other sendDirect offer
 };
 
 // N ranks, `ranksPerHost` consecutive ranks per host (hosts with more than one rank get

@@ -52,15 +52,9 @@ void loadBlock(float* x, const void* in, collDataType_t dtype, size_t n) {
 
 inline void storeElem(void* out, collDataType_t dtype, size_t i, float v) {
   switch (dtype) {
-    case collFloat16:
-      static_cast<uint16_t*>(out)[i] = floatToHalf(v);
-      break;
-    case collBfloat16:
-      static_cast<uint16_t*>(out)[i] = floatToBfloat16(v);
-      break;
-    default:
-      static_cast<float*>(out)[i] = v;
-      break;
+    case collFloat16: static_cast<uint16_t*>(out)[i] = floatToHalf(v); break;
+    case collBfloat16: static_cast<uint16_t*>(out)[i] = floatToBfloat16(v); break;
+    default: static_cast<float*>(out)[i] = v; break;
   }
 }
 
@@ -78,8 +72,9 @@ void quantizePortable(void* out, const void* in, collDataType_t dtype, size_t co
   const size_t rec = quantRecordBytes(params.blockSize);
   for (size_t start = 0, blk = 0; start < count; start += b, ++blk) {
     const size_t n = count - start < b ? count - start : b;
-    detail::quantizeBlockPortable(static_cast<uint8_t*>(out) + blk * rec, static_cast<const uint8_t*>(in) + start * elemSize,
-                                  dtype, n, params, firstElement + start, residual ? residual + start : nullptr);
+    detail::quantizeBlockPortable(static_cast<uint8_t*>(out) + blk * rec,
+                                  static_cast<const uint8_t*>(in) + start * elemSize, dtype, n, params,
+                                  firstElement + start, residual ? residual + start : nullptr);
   }
 }
 
@@ -265,9 +260,11 @@ inline const detail::QuantKernelTable& quantActive() {
 }
 
 [[noreturn, gnu::cold]] void badQuantArgs(const char* what, int dtype, int blockSize, unsigned long long first) {
-  COLL_WARN(-1, "%s: unsupported arguments reached the quantization kernels (dtype %d, block size %d, first "
+  COLL_WARN(-1,
+            "%s: unsupported arguments reached the quantization kernels (dtype %d, block size %d, first "
             "element %llu): callers must pass float32/float16/bfloat16, a block size of 32/64/128/256 and a "
-            "first element that is a multiple of it", what, dtype, blockSize, first);
+            "first element that is a multiple of it",
+            what, dtype, blockSize, first);
   std::abort();
 }
 

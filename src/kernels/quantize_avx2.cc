@@ -121,8 +121,8 @@ inline void pack32(uint8_t* dst, const __m256i q[4]) {
 
 // Whole blocks only; the caller sends a partial last block to the reference.
 template <collDataType_t DT, bool Stochastic, bool Residual>
-void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantParams& p,
-                    uint64_t firstElement, float* residual) {
+void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantParams& p, uint64_t firstElement,
+                    float* residual) {
   alignas(32) float xb[256];
   alignas(32) float ub[kUniformBatch];
   size_t ubFor = ~size_t{0};  // region offset of the batch in ub
@@ -174,14 +174,16 @@ void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantPar
         const __m256 x = _mm256_load_ps(xb + 8 * (v0 + k));
         __m256 r = _mm256_div_ps(x, s);
         if constexpr (Stochastic) {
-          r = _mm256_round_ps(_mm256_add_ps(r, _mm256_load_ps(ub + at + 8 * k)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+          r = _mm256_round_ps(_mm256_add_ps(r, _mm256_load_ps(ub + at + 8 * k)),
+                              _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         } else {
           r = _mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         }
         r = _mm256_min_ps(_mm256_max_ps(r, lo7), hi7);
         q[k] = _mm256_cvtps_epi32(r);
         if constexpr (Residual) {
-          _mm256_storeu_ps(residual + base + 8 * (v0 + k), _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q[k]), s)));
+          _mm256_storeu_ps(residual + base + 8 * (v0 + k),
+                           _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q[k]), s)));
         }
       }
       pack32(nib + 4 * v0, q);
@@ -190,8 +192,7 @@ void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantPar
 }
 
 template <collDataType_t DT, bool Stochastic, bool Residual>
-void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement,
-               float* residual) {
+void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement, float* residual) {
   auto* o = static_cast<uint8_t*>(out);
   const size_t bs = static_cast<size_t>(p.blockSize);
   const size_t full = count / bs;
@@ -206,8 +207,7 @@ void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, ui
 }
 
 template <collDataType_t DT>
-void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement,
-                float* residual) {
+void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement, float* residual) {
   if (p.stochastic) {
     if (residual) return quantizeT<DT, true, true>(out, in, count, p, firstElement, residual);
     return quantizeT<DT, true, false>(out, in, count, p, firstElement, residual);
@@ -219,12 +219,9 @@ void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, u
 void quantize(void* out, const void* in, collDataType_t dtype, size_t count, const QuantParams& p,
               uint64_t firstElement, float* residual) {
   switch (dtype) {
-    case collFloat16:
-      return quantizeDt<collFloat16>(out, in, count, p, firstElement, residual);
-    case collBfloat16:
-      return quantizeDt<collBfloat16>(out, in, count, p, firstElement, residual);
-    default:
-      return quantizeDt<collFloat32>(out, in, count, p, firstElement, residual);
+    case collFloat16: return quantizeDt<collFloat16>(out, in, count, p, firstElement, residual);
+    case collBfloat16: return quantizeDt<collBfloat16>(out, in, count, p, firstElement, residual);
+    default: return quantizeDt<collFloat32>(out, in, count, p, firstElement, residual);
   }
 }
 
@@ -269,19 +266,15 @@ void dequantizeT(void* out, const void* q, size_t count, int blockSize) {
   if (rest != 0) {
     const size_t start = full * bs;
     const size_t elemSize = DT == collFloat32 ? 4 : 2;
-    dequantizeBlockPortable(static_cast<uint8_t*>(out) + start * elemSize, DT, qb + full * rec, blockSize,
-                            rest);
+    dequantizeBlockPortable(static_cast<uint8_t*>(out) + start * elemSize, DT, qb + full * rec, blockSize, rest);
   }
 }
 
 void dequantize(void* out, collDataType_t dtype, const void* q, size_t count, int blockSize) {
   switch (dtype) {
-    case collFloat16:
-      return dequantizeT<collFloat16>(out, q, count, blockSize);
-    case collBfloat16:
-      return dequantizeT<collBfloat16>(out, q, count, blockSize);
-    default:
-      return dequantizeT<collFloat32>(out, q, count, blockSize);
+    case collFloat16: return dequantizeT<collFloat16>(out, q, count, blockSize);
+    case collBfloat16: return dequantizeT<collBfloat16>(out, q, count, blockSize);
+    default: return dequantizeT<collFloat32>(out, q, count, blockSize);
   }
 }
 

@@ -3,8 +3,7 @@
 #include "src/kernels/quantize.h"
 #include "src/kernels/quantize_impl.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
-    defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__F16C__)
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors (__Y = __Y), which
 // -Wmaybe-uninitialized reports once inlined (GCC bug 105593); the code here reads no such value.
 #if !defined(__clang__)
@@ -110,8 +109,8 @@ inline void uniforms128(uint64_t e0, uint32_t k0, uint32_t k1, uint32_t rank, ui
 
 // Whole blocks only; the caller sends a partial last block to the reference.
 template <collDataType_t DT, bool Stochastic, bool Residual>
-void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantParams& p,
-                    uint64_t firstElement, float* residual) {
+void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantParams& p, uint64_t firstElement,
+                    float* residual) {
   alignas(64) float xb[256];
   alignas(64) float ub[kUniformBatch];
   size_t ubFor = ~size_t{0};  // region offset of the batch in ub
@@ -177,8 +176,7 @@ void quantizeBlocks(uint8_t* out, const void* in, size_t nBlocks, const QuantPar
 }
 
 template <collDataType_t DT, bool Stochastic, bool Residual>
-void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement,
-               float* residual) {
+void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement, float* residual) {
   auto* o = static_cast<uint8_t*>(out);
   const size_t bs = static_cast<size_t>(p.blockSize);
   const size_t full = count / bs;
@@ -193,8 +191,7 @@ void quantizeT(void* out, const void* in, size_t count, const QuantParams& p, ui
 }
 
 template <collDataType_t DT>
-void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement,
-                float* residual) {
+void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, uint64_t firstElement, float* residual) {
   if (p.stochastic) {
     if (residual) return quantizeT<DT, true, true>(out, in, count, p, firstElement, residual);
     return quantizeT<DT, true, false>(out, in, count, p, firstElement, residual);
@@ -206,12 +203,9 @@ void quantizeDt(void* out, const void* in, size_t count, const QuantParams& p, u
 void quantize(void* out, const void* in, collDataType_t dtype, size_t count, const QuantParams& p,
               uint64_t firstElement, float* residual) {
   switch (dtype) {
-    case collFloat16:
-      return quantizeDt<collFloat16>(out, in, count, p, firstElement, residual);
-    case collBfloat16:
-      return quantizeDt<collBfloat16>(out, in, count, p, firstElement, residual);
-    default:
-      return quantizeDt<collFloat32>(out, in, count, p, firstElement, residual);
+    case collFloat16: return quantizeDt<collFloat16>(out, in, count, p, firstElement, residual);
+    case collBfloat16: return quantizeDt<collBfloat16>(out, in, count, p, firstElement, residual);
+    default: return quantizeDt<collFloat32>(out, in, count, p, firstElement, residual);
   }
 }
 
@@ -246,19 +240,15 @@ void dequantizeT(void* out, const void* q, size_t count, int blockSize) {
   if (rest != 0) {
     const size_t start = full * bs;
     const size_t elemSize = DT == collFloat32 ? 4 : 2;
-    dequantizeBlockPortable(static_cast<uint8_t*>(out) + start * elemSize, DT, qb + full * rec, blockSize,
-                            rest);
+    dequantizeBlockPortable(static_cast<uint8_t*>(out) + start * elemSize, DT, qb + full * rec, blockSize, rest);
   }
 }
 
 void dequantize(void* out, collDataType_t dtype, const void* q, size_t count, int blockSize) {
   switch (dtype) {
-    case collFloat16:
-      return dequantizeT<collFloat16>(out, q, count, blockSize);
-    case collBfloat16:
-      return dequantizeT<collBfloat16>(out, q, count, blockSize);
-    default:
-      return dequantizeT<collFloat32>(out, q, count, blockSize);
+    case collFloat16: return dequantizeT<collFloat16>(out, q, count, blockSize);
+    case collBfloat16: return dequantizeT<collBfloat16>(out, q, count, blockSize);
+    default: return dequantizeT<collFloat32>(out, q, count, blockSize);
   }
 }
 

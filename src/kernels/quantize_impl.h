@@ -9,7 +9,7 @@
 namespace coll::kernels::detail {
 namespace {
 
-constexpr uint16_t kNanScale = 0x7fc0u;        // bf16 quiet NaN: the scale of a NaN/Inf block
+constexpr uint16_t kNanScale = 0x7fc0u;          // bf16 quiet NaN: the scale of a NaN/Inf block
 constexpr uint32_t kCanonicalNan = 0x7fc00000u;  // the one NaN the kernels write
 
 inline uint32_t floatBits(float f) {

@@ -36,13 +36,11 @@ const KernelTable* portableTable() {
 
 bool simdLevelSupported(SimdLevel level) {
   switch (level) {
-    case SimdLevel::Sse2:
-      return true;
+    case SimdLevel::Sse2: return true;
     case SimdLevel::Avx2:
 #if defined(__x86_64__) || defined(__i386__)
       // CPU checks first: building a table runs code compiled for that ISA.
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuHasF16c() &&
-             avx2Table() != nullptr;
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuHasF16c() && avx2Table() != nullptr;
 #else
       return false;
 #endif
@@ -66,12 +64,9 @@ std::atomic<const KernelTable*> gActive{nullptr};
 
 const KernelTable* tableFor(SimdLevel level) {
   switch (level) {
-    case SimdLevel::Avx512:
-      return avx512Table();
-    case SimdLevel::Avx2:
-      return avx2Table();
-    case SimdLevel::Sse2:
-      break;
+    case SimdLevel::Avx512: return avx512Table();
+    case SimdLevel::Avx2: return avx2Table();
+    case SimdLevel::Sse2: break;
   }
   return portableTable();
 }
@@ -98,8 +93,10 @@ inline const KernelTable& active() {
 }
 
 [[noreturn, gnu::cold]] void badArgs(const char* what, int dtype, int op) {
-  COLL_WARN(-1, "%s: unsupported dtype %d / op %d reached the reduction kernels (callers must validate the "
-            "type and map avg to sum+divide)", what, dtype, op);
+  COLL_WARN(-1,
+            "%s: unsupported dtype %d / op %d reached the reduction kernels (callers must validate the "
+            "type and map avg to sum+divide)",
+            what, dtype, op);
   std::abort();
 }
 
@@ -158,8 +155,7 @@ void convertToFloat(float* dst, const void* src, collDataType_t dtype, size_t co
       for (size_t i = 0; i < count; ++i) dst[i] = bfloat16ToFloat(s[i]);
       return;
     }
-    default:
-      detail::badArgs("convertToFloat", dtype, -1);
+    default: detail::badArgs("convertToFloat", dtype, -1);
   }
 }
 

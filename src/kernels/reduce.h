@@ -54,7 +54,7 @@ const char* simdLevel();
 
 // Conversions used by kernels and tests.
 float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);   // round to nearest even
+uint16_t floatToHalf(float f);  // round to nearest even
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);  // round to nearest even, NaN stays NaN
 float fp8e4m3ToFloat(uint8_t b);    // exact; 0x7f/0xff -> NaN

@@ -75,7 +75,7 @@ inline uint16_t floatToHalfS(float f) {
   const uint32_t ax = x & 0x7fffffffu;
   if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (ax >= 0x38800000u) {                                             // normal half
+  if (ax >= 0x38800000u) {                                              // normal half
     const uint32_t r = ax - 0x38000000u;
     return static_cast<uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
   }
@@ -106,7 +106,7 @@ inline float fp8e4m3ToFloatS(uint8_t b) {
   const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
   const uint32_t exp = (b >> 3) & 0xfu;
   const uint32_t mant = b & 0x7u;
-  if (exp == 0xf && mant == 0x7) return bitsFloat(sign | 0x7fc00000u);  // the only NaN
+  if (exp == 0xf && mant == 0x7) return bitsFloat(sign | 0x7fc00000u);                   // the only NaN
   if (exp == 0) return bitsFloat(sign | floatBits(static_cast<float>(mant) * 0x1p-9f));  // subnormal or 0
   return bitsFloat(sign | ((exp + 120u) << 23) | (mant << 20));
 }
@@ -128,7 +128,7 @@ inline float fp8e5m2ToFloatS(uint8_t b) {
 template <uint32_t mantBits, uint32_t bias>
 inline uint32_t fp8RoundMagnitude(uint32_t ax) {
   constexpr uint32_t drop = 23u - mantBits;
-  constexpr uint32_t minNormal = (127u + 1u - bias) << 23;            // 2^(1-bias)
+  constexpr uint32_t minNormal = (127u + 1u - bias) << 23;                            // 2^(1-bias)
   constexpr int minSubExp = 1 - static_cast<int>(bias) - static_cast<int>(mantBits);  // log2 of the smallest subnormal
   constexpr uint32_t halfMinSub = static_cast<uint32_t>(127 + minSubExp - 1) << 23;
   if (ax >= minNormal) {

@@ -13,11 +13,11 @@
 
 namespace coll::ncclnet {
 
-constexpr int kMaxRequests = 32;                      // receive groups (and flushes) in flight per comm
-constexpr int kMaxRecvs = 8;                          // receives one irecv may group (maxRecvs)
-constexpr int kMaxSends = kMaxRequests * kMaxRecvs;   // sends in flight per comm
+constexpr int kMaxRequests = 32;                          // receive groups (and flushes) in flight per comm
+constexpr int kMaxRecvs = 8;                              // receives one irecv may group (maxRecvs)
+constexpr int kMaxSends = kMaxRequests * kMaxRecvs;       // sends in flight per comm
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;  // also reported as maxP2pBytes
-constexpr uint32_t kFrameMagic = 0x4e434d31;          // "NCM1"
+constexpr uint32_t kFrameMagic = 0x4e434d31;              // "NCM1"
 
 // On the wire before each message's payload. Remote bytes: size is checked against the matched
 // receive (and kMaxMessageBytes) before a byte of payload is stored.
@@ -32,7 +32,7 @@ static_assert(sizeof(FrameHeader) == 16);
 struct Request {
   enum class Kind : uint8_t { Free, Send, Recv } kind = Kind::Free;
   bool done = false;
-  int n = 0;                        // receives in the group (1 for a send)
+  int n = 0;  // receives in the group (1 for a send)
   int tags[kMaxRecvs] = {};
   void* data[kMaxRecvs] = {};
   uint64_t capacity[kMaxRecvs] = {};  // receive sizes (a send: its size)
@@ -81,8 +81,8 @@ class MessageStream {
   Connection* conn_;
   const char* name_;
   Status error_;
-  std::unique_ptr<Request[]> sends_;  // ring in posting order
-  std::unique_ptr<Request[]> recvs_;  // pool; matched through postSeq order
+  std::unique_ptr<Request[]> sends_;      // ring in posting order
+  std::unique_ptr<Request[]> recvs_;      // pool; matched through postSeq order
   uint64_t sendHead_ = 0, sendTail_ = 0;  // ring positions: next to post / oldest not yet written
   uint64_t sendWritten_ = 0;              // bytes of sends_[sendTail_] (header + payload) written
   // Sends [sendDoneTail_, sendTail_) are written but may still sit in the connection: NCCL stops

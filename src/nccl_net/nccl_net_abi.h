@@ -19,10 +19,10 @@ extern "C" {
 typedef enum {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
-  ncclSystemError = 2,     // network or OS failure
-  ncclInternalError = 3,   // the caller (NCCL) broke the plugin contract
+  ncclSystemError = 2,    // network or OS failure
+  ncclInternalError = 3,  // the caller (NCCL) broke the plugin contract
   ncclInvalidArgument = 4,
-  ncclInvalidUsage = 5,    // bad configuration
+  ncclInvalidUsage = 5,  // bad configuration
   ncclRemoteError = 6,
   ncclInProgress = 7,
   ncclTimeout = 8,
@@ -56,9 +56,9 @@ typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* p
 #define NCCL_PTR_CUDA 0x2
 #define NCCL_PTR_DMABUF 0x4
 #define NCCL_NET_MAX_REQUESTS 32               // requests in flight per comm that NCCL will post
-#define NCCL_NET_MAX_DEVS_PER_NIC 4             // vProps.devs[] length for v9, v10, v11
-#define NCCL_MAX_NET_SIZE_BYTES (1LL << 40)      // upper bound NCCL accepts for maxP2pBytes/maxCollBytes
-#define NCCL_NET_MAX_SIZE_DEFAULT (1LL << 30)    // what NCCL assumes before v9 (MAX_NET_SIZE)
+#define NCCL_NET_MAX_DEVS_PER_NIC 4            // vProps.devs[] length for v9, v10, v11
+#define NCCL_MAX_NET_SIZE_BYTES (1LL << 40)    // upper bound NCCL accepts for maxP2pBytes/maxCollBytes
+#define NCCL_NET_MAX_SIZE_DEFAULT (1LL << 30)  // what NCCL assumes before v9 (MAX_NET_SIZE)
 #define NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1
 #define NCCL_NET_MULTI_REQUEST 0x2
 #define NCCL_NET_TRAFFIC_CLASS_UNDEF (-1)
@@ -66,7 +66,7 @@ typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* p
 
 // ---- device offload handle (nccl_device/net_device.h) -------------------------------------------
 typedef enum {
-  NCCL_NET_DEVICE_HOST = 0,   // no offload: what this plugin reports
+  NCCL_NET_DEVICE_HOST = 0,  // no offload: what this plugin reports
   NCCL_NET_DEVICE_UNPACK = 1
 } ncclNetDeviceType;
 #define NCCL_NET_DEVICE_INVALID_VERSION 0x0
@@ -88,13 +88,13 @@ typedef struct {
   char* name;
   char* pciPath;
   uint64_t guid;
-  int ptrSupport;       // NCCL_PTR_* bits
-  int regIsGlobal;      // a registration is usable on every comm of the process
-  int speed;            // Mbps
+  int ptrSupport;   // NCCL_PTR_* bits
+  int regIsGlobal;  // a registration is usable on every comm of the process
+  int speed;        // Mbps
   int port;
-  float latency;        // microseconds
+  float latency;  // microseconds
   int maxComms;
-  int maxRecvs;         // receives one irecv may group
+  int maxRecvs;  // receives one irecv may group
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
 } ncclNetProperties_v8_t;
@@ -133,7 +133,7 @@ typedef struct {
   uint64_t guid;
   int ptrSupport;
   int regIsGlobal;
-  int forceFlush;       // NCCL must flush every receive
+  int forceFlush;  // NCCL must flush every receive
   int speed;
   int port;
   float latency;
@@ -172,7 +172,7 @@ typedef struct {
 // ---- v10 (plugin/net/net_v10.h; NCCL 2.26 - 2.27): profiler hook, per-connect traffic class ------
 typedef ncclNetVDeviceProps_v9_t ncclNetVDeviceProps_v10_t;
 typedef struct {
-  int trafficClass;     // NCCL_NET_TRAFFIC_CLASS_UNDEF when NCCL has no preference
+  int trafficClass;  // NCCL_NET_TRAFFIC_CLASS_UNDEF when NCCL has no preference
 } ncclNetCommConfig_v10_t;
 typedef ncclNetProperties_v9_t ncclNetProperties_v10_t;
 
@@ -188,10 +188,9 @@ typedef struct {
   ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
-  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                         void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* sendComm);
@@ -253,10 +252,9 @@ typedef struct {
   ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
-  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                         void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* sendComm);

@@ -23,7 +23,12 @@ uint64_t localHostHash() {
 
 PairBootstrap::PairBootstrap(int rank, Socket control, const Secret& secret, uint64_t pairId, const PeerInfo& me,
                              const PeerInfo& peer, const Socket* listener)
-    : rank_(rank), control_(std::move(control)), secret_(secret), pairId_(pairId), me_(me), peer_(peer),
+    : rank_(rank),
+      control_(std::move(control)),
+      secret_(secret),
+      pairId_(pairId),
+      me_(me),
+      peer_(peer),
       listener_(listener) {
   (void)control_.setNonBlocking(true);
 }

@@ -20,8 +20,8 @@ struct PairHello {
   enum Kind : uint32_t { kControl = 1, kData = 2 };
   uint32_t magic = kMagic;
   uint32_t kind = kControl;
-  uint64_t pairId = 0;   // the connector's random id for this pair
-  uint32_t tag = 0;      // data sockets: the transport's tag
+  uint64_t pairId = 0;  // the connector's random id for this pair
+  uint32_t tag = 0;     // data sockets: the transport's tag
   int32_t pid = 0;
   uint64_t hostHash = 0;
 };
@@ -53,7 +53,7 @@ class PairBootstrap final : public Bootstrap {
   Status pump(Deadline deadline);
 
  private:
-  static constexpr size_t kMaxFrame = 1u << 20;   // control messages are small (addresses, QP info)
+  static constexpr size_t kMaxFrame = 1u << 20;  // control messages are small (addresses, QP info)
   static constexpr size_t kMaxStashed = 4u << 20;
 
   int rank_;

@@ -17,13 +17,13 @@
 
 #include <openssl/rand.h>
 
-#include "src/oob/auth.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
-#include "src/oob/socket.h"
 #include "src/nccl_net/message_stream.h"
 #include "src/nccl_net/nccl_net_abi.h"
 #include "src/nccl_net/pair_bootstrap.h"
+#include "src/oob/auth.h"
+#include "src/oob/socket.h"
 #include "transports/net.h"
 
 namespace coll::ncclnet {
@@ -43,7 +43,7 @@ struct Handle {
   uint32_t addressLength;
   uint8_t address[28];  // sockaddr_in or sockaddr_in6
   uint8_t reserved[12];
-  void* pending;        // connect side only: the PendingPair being set up (nullptr at first)
+  void* pending;  // connect side only: the PendingPair being set up (nullptr at first)
   uint64_t reserved2;
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
@@ -71,7 +71,9 @@ Global& global() {
 void logSink(LogLevel level, const char* message) {
   ncclDebugLogger_t logger = global().logger;
   if (!logger) return;
-  ncclDebugLogLevel l = level == LogLevel::Warn ? NCCL_LOG_WARN : level == LogLevel::Info ? NCCL_LOG_INFO : NCCL_LOG_TRACE;
+  ncclDebugLogLevel l = level == LogLevel::Warn   ? NCCL_LOG_WARN
+                        : level == LogLevel::Info ? NCCL_LOG_INFO
+                                                  : NCCL_LOG_TRACE;
   logger(l, NCCL_NET, __FILE__, __LINE__, "NET/Collective: %s", message);
 }
 
@@ -148,9 +150,8 @@ Status finishPair(int rank, Socket control, const Secret& secret, uint64_t pairI
   pair->peerName = peer.address.toString();
   pair->bootstrap = std::make_unique<PairBootstrap>(rank, std::move(control), secret, pairId, me, peer, listener);
   COLL_TRY(createNet(kind, *pair->bootstrap, &pair->net));
-  COLL_TRY(pair->net->connect(1 - rank, deadline, &pair->conn).withContext("NCCL plugin " +
-                                                                            std::string(netKindName(kind)) +
-                                                                            " connection to " + pair->peerName));
+  COLL_TRY(pair->net->connect(1 - rank, deadline, &pair->conn)
+               .withContext("NCCL plugin " + std::string(netKindName(kind)) + " connection to " + pair->peerName));
   pair->stream = std::make_unique<MessageStream>(pair->conn.get(), pair->peerName.c_str());
   *out = std::move(pair);
   return okStatus();
@@ -222,8 +223,8 @@ void acceptSide(PendingPair* p, ListenComm* l) {
       peer.hostHash = hello.hostHash;
       peer.pid = hello.pid;
       peer.netMask = ~0u;
-      return finishPair(1, std::move(s), l->secret, hello.pairId, selfInfo(l->address), peer, &l->listener,
-                        l->kind, deadline, &p->pair);
+      return finishPair(1, std::move(s), l->secret, hello.pairId, selfInfo(l->address), peer, &l->listener, l->kind,
+                        deadline, &p->pair);
     }
   }();
   p->status = st;
@@ -289,8 +290,7 @@ ncclResult_t pluginInit(ncclDebugLogger_t logger) {
   if (speed > 0) d.speedMbps = speed;
   d.members = {0};
   g.devices = {d};
-  COLL_INFO(-1, "using %s over %s (%s)", netKindName(g.kind), g.iface.name.c_str(),
-            g.iface.address.toString().c_str());
+  COLL_INFO(-1, "using %s over %s (%s)", netKindName(g.kind), g.iface.name.c_str(), g.iface.address.toString().c_str());
   return ncclSuccess;
 }
 
@@ -376,8 +376,8 @@ ncclResult_t pluginConnect(int dev, void* opaque, void** sendComm) {
   *sendComm = nullptr;
   if (ncclResult_t r = checkDev(dev)) return r;
   Handle* h = static_cast<Handle*>(opaque);
-  if (h->magic != kHandleMagic || h->version != kHandleVersion || h->netKind >= kNetKinds ||
-      h->addressLength == 0 || h->addressLength > sizeof(h->address)) {
+  if (h->magic != kHandleMagic || h->version != kHandleVersion || h->netKind >= kNetKinds || h->addressLength == 0 ||
+      h->addressLength > sizeof(h->address)) {
     COLL_WARN(-1, "connect: the handle is not one of this plugin's (magic %08x, version %u)", h->magic, h->version);
     return ncclInternalError;
   }
@@ -687,23 +687,43 @@ using namespace coll::ncclnet;
 extern "C" {
 
 COLL_NCCL_EXPORT ncclNet_v8_t ncclNetPlugin_v8 = {
-    "Collective", initV8, pluginDevices, getPropertiesV8, listenV8, connectV8, acceptV8, pluginRegMr,
-    pluginRegMrDmaBuf, pluginDeregMr, isendV8, irecvV8, pluginIflush, pluginTest, closeSend, closeRecv,
-    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed};
+    "Collective",       initV8,      pluginDevices,     getPropertiesV8, listenV8,          connectV8,
+    acceptV8,           pluginRegMr, pluginRegMrDmaBuf, pluginDeregMr,   isendV8,           irecvV8,
+    pluginIflush,       pluginTest,  closeSend,         closeRecv,       pluginCloseListen, pluginGetDeviceMr,
+    pluginIrecvConsumed};
 
-COLL_NCCL_EXPORT ncclNet_v9_t ncclNetPlugin_v9 = {
-    "Collective", initV8, pluginDevices, getPropertiesV9, listenV8, connectV8, acceptV8, pluginRegMr,
-    pluginRegMrDmaBuf, pluginDeregMr, isendV9, irecvV9, pluginIflush, pluginTest, closeSend, closeRecv,
-    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed, makeVDeviceV9};
+COLL_NCCL_EXPORT ncclNet_v9_t ncclNetPlugin_v9 = {"Collective",
+                                                  initV8,
+                                                  pluginDevices,
+                                                  getPropertiesV9,
+                                                  listenV8,
+                                                  connectV8,
+                                                  acceptV8,
+                                                  pluginRegMr,
+                                                  pluginRegMrDmaBuf,
+                                                  pluginDeregMr,
+                                                  isendV9,
+                                                  irecvV9,
+                                                  pluginIflush,
+                                                  pluginTest,
+                                                  closeSend,
+                                                  closeRecv,
+                                                  pluginCloseListen,
+                                                  pluginGetDeviceMr,
+                                                  pluginIrecvConsumed,
+                                                  makeVDeviceV9};
 
 COLL_NCCL_EXPORT ncclNet_v10_t ncclNetPlugin_v10 = {
-    "Collective", initV10, pluginDevices, getPropertiesV9, listenV8, connectV10, acceptV8, pluginRegMr,
-    pluginRegMrDmaBuf, pluginDeregMr, isendV10, irecvV10, pluginIflush, pluginTest, closeSend, closeRecv,
-    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed, makeVDeviceV9};
+    "Collective", initV10,           pluginDevices,     getPropertiesV9,     listenV8,
+    connectV10,   acceptV8,          pluginRegMr,       pluginRegMrDmaBuf,   pluginDeregMr,
+    isendV10,     irecvV10,          pluginIflush,      pluginTest,          closeSend,
+    closeRecv,    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed, makeVDeviceV9};
 
 COLL_NCCL_EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {
-    "Collective", initV11, pluginDevices, getPropertiesV11, listenV11, connectV11, acceptV8, pluginRegMr,
-    pluginRegMrDmaBuf, pluginDeregMr, isendV10, irecvV10, pluginIflush, pluginTest, closeSend, closeRecv,
-    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed, makeVDeviceV9, finalizeV11, setNetAttrV11};
+    "Collective", initV11,           pluginDevices,     getPropertiesV11,    listenV11,
+    connectV11,   acceptV8,          pluginRegMr,       pluginRegMrDmaBuf,   pluginDeregMr,
+    isendV10,     irecvV10,          pluginIflush,      pluginTest,          closeSend,
+    closeRecv,    pluginCloseListen, pluginGetDeviceMr, pluginIrecvConsumed, makeVDeviceV9,
+    finalizeV11,  setNetAttrV11};
 
 }  // extern "C"

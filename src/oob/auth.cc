@@ -29,8 +29,8 @@ struct Prologue {
 };
 static_assert(sizeof(Prologue) == 8);
 
-bool computeMac(const Secret& secret, AuthRole role, const uint8_t* firstNonce,
-                const uint8_t* secondNonce, uint8_t* mac) {
+bool computeMac(const Secret& secret, AuthRole role, const uint8_t* firstNonce, const uint8_t* secondNonce,
+                uint8_t* mac) {
   uint8_t msg[sizeof(kLabel) + 1 + 2 * kNonceBytes];
   size_t n = 0;
   memcpy(msg + n, kLabel, sizeof(kLabel));
@@ -41,8 +41,7 @@ bool computeMac(const Secret& secret, AuthRole role, const uint8_t* firstNonce,
   memcpy(msg + n, secondNonce, kNonceBytes);
   n += kNonceBytes;
   unsigned int len = 0;
-  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg, n, mac, &len) ==
-      nullptr) {
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg, n, mac, &len) == nullptr) {
     return false;
   }
   return len == kMacBytes;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "src/base/deadline.h"
-#include "src/oob/socket.h"
 #include "src/base/status.h"
+#include "src/oob/socket.h"
 
 namespace coll {
 

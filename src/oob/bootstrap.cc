@@ -16,11 +16,11 @@
 #include <optional>
 #include <thread>
 
-#include "src/oob/auth.h"
 #include "src/base/byte_order.h"
 #include "src/base/config.h"
-#include "src/oob/failure.h"
 #include "src/base/log.h"
+#include "src/oob/auth.h"
+#include "src/oob/failure.h"
 #include "src/oob/wire.h"
 #include "src/topo/topology.h"
 
@@ -34,18 +34,18 @@ namespace {
 
 // ---- wire format: fixed-size little-endian fields -------------------------------------------
 
-constexpr uint32_t kIdMagic = 0x44494c43;      // "CLID"
-constexpr uint16_t kIdVersion = 2;  // 2: rank-table entries carry the machine (kRegVersion 2)
-constexpr uint32_t kRegMagic = 0x47524c43;     // "CLRG"
-constexpr uint32_t kRegVersion = 2;  // 2: entries carry the machine hash and CPUs
-constexpr uint32_t kHelloMagic = 0x4c484c43;   // "CLHL"
+constexpr uint32_t kIdMagic = 0x44494c43;     // "CLID"
+constexpr uint16_t kIdVersion = 2;            // 2: rank-table entries carry the machine (kRegVersion 2)
+constexpr uint32_t kRegMagic = 0x47524c43;    // "CLRG"
+constexpr uint32_t kRegVersion = 2;           // 2: entries carry the machine hash and CPUs
+constexpr uint32_t kHelloMagic = 0x4c484c43;  // "CLHL"
 constexpr size_t kAddrWire = 24;
 constexpr size_t kEntryWire = kAddrWire + 28;  // address, hostHash, pid, netMask, machineHash, cpus
 constexpr size_t kRegWire = 24 + kEntryWire;
 constexpr size_t kHelloWire = 20;
-constexpr int kHandshakeMs = 5000;      // a connection must authenticate and say hello by then
-constexpr int kPayloadMs = 30000;       // and deliver its (<= 16 MiB) payload by then
-constexpr int kRootSender = -1;         // fromRank of the table sent by the root
+constexpr int kHandshakeMs = 5000;  // a connection must authenticate and say hello by then
+constexpr int kPayloadMs = 30000;   // and deliver its (<= 16 MiB) payload by then
+constexpr int kRootSender = -1;     // fromRank of the table sent by the root
 
 enum HelloType : uint32_t { kHelloMessage = 1, kHelloData = 2, kHelloTable = 3 };
 
@@ -62,7 +62,8 @@ const char* regReplyText(uint32_t code) {
   switch (code) {
     case kRegOk: return "accepted";
     case kRegBadRank: return "rank out of range";
-    case kRegNranksMismatch: return "nranks out of range or different from other ranks' (every rank must pass the same nranks)";
+    case kRegNranksMismatch:
+      return "nranks out of range or different from other ranks' (every rank must pass the same nranks)";
     case kRegDuplicate: return "another process already registered this rank (two processes with one rank?)";
     case kRegNonceMismatch: return "the unique id differs from other ranks' (two jobs sharing one rendezvous address?)";
     case kRegMalformed: return "malformed registration";
@@ -151,9 +152,7 @@ void putHello(uint8_t* p, HelloType type, int32_t fromRank, uint32_t tag, uint32
   put32(p + 16, length);
 }
 
-Deadline shorter(Deadline a, int ms) {
-  return a.remainingMs() < ms ? a : Deadline::afterMs(ms);
-}
+Deadline shorter(Deadline a, int ms) { return a.remainingMs() < ms ? a : Deadline::afterMs(ms); }
 
 uint64_t hashOfId(const UniqueIdContents& c) {
   uint8_t buf[kAddrWire + 8];
@@ -201,9 +200,9 @@ struct OutboundGuard {
 
 // connectDeadline (when shorter) bounds the connect alone: control messages go to ranks whose
 // listener exists, so a refused connection there is final, not a start-up race worth retrying.
-Status openAndHello(const SocketAddress& address, const Secret* secret, HelloType type,
-                    int32_t fromRank, uint32_t tag, uint32_t length, Deadline deadline,
-                    Socket* out, Deadline connectDeadline = Deadline::never(), OutboundGuard* guard = nullptr) {
+Status openAndHello(const SocketAddress& address, const Secret* secret, HelloType type, int32_t fromRank, uint32_t tag,
+                    uint32_t length, Deadline deadline, Socket* out, Deadline connectDeadline = Deadline::never(),
+                    OutboundGuard* guard = nullptr) {
   Socket s;
   COLL_TRY(Socket::connect(address, connectDeadline.when() < deadline.when() ? connectDeadline : deadline, &s));
   if (guard != nullptr && guard->outbound != nullptr) {
@@ -275,14 +274,14 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
     put32(reply, code);
     (void)c.sendAll(reply, sizeof(reply), hs);
     if (code != kRegOk) {
-      COLL_WARN(-1, "bootstrap root %s: refused registration from %s (rank %d, nranks %d): %s",
-                where.c_str(), from.c_str(), rank, claimed, regReplyText(code));
+      COLL_WARN(-1, "bootstrap root %s: refused registration from %s (rank %d, nranks %d): %s", where.c_str(),
+                from.c_str(), rank, claimed, regReplyText(code));
       continue;
     }
     if (nranks < 0) nranks = claimed;
     registered[rank] = info;
-    COLL_TRACE(-1, "bootstrap root %s: rank %d registered from %s (%zu of %d)", where.c_str(),
-               rank, from.c_str(), registered.size(), nranks);
+    COLL_TRACE(-1, "bootstrap root %s: rank %d registered from %s (%zu of %d)", where.c_str(), rank, from.c_str(),
+               registered.size(), nranks);
   }
   st->listener.close();
   if (nranks < 0 || static_cast<int>(registered.size()) < nranks) {
@@ -291,9 +290,10 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
     for (int r = 0; r < std::max(nranks, 0) && shown < 8; ++r) {
       if (!registered.count(r)) missing += (shown++ ? "," : "") + std::to_string(r);
     }
-    COLL_WARN(-1, "bootstrap root %s: gave up at its deadline (COLL_TIMEOUT) with %zu of %d ranks "
-              "registered; missing ranks include %s", where.c_str(), registered.size(), nranks,
-              missing.empty() ? "all" : missing.c_str());
+    COLL_WARN(-1,
+              "bootstrap root %s: gave up at its deadline (COLL_TIMEOUT) with %zu of %d ranks "
+              "registered; missing ranks include %s",
+              where.c_str(), registered.size(), nranks, missing.empty() ? "all" : missing.c_str());
     return;
   }
   std::vector<uint8_t> table(static_cast<size_t>(nranks) * kEntryWire);
@@ -304,8 +304,8 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
   if (st2.ok()) st2 = s.sendAll(table.data(), table.size(), deadline);
   if (st2.ok()) st2 = readReply(s, deadline);
   if (!st2.ok()) {
-    COLL_WARN(-1, "bootstrap root %s: cannot send the rank table to rank 0 at %s: %s",
-              where.c_str(), registered[0].address.toString().c_str(), st2.message().c_str());
+    COLL_WARN(-1, "bootstrap root %s: cannot send the rank table to rank 0 at %s: %s", where.c_str(),
+              registered[0].address.toString().c_str(), st2.message().c_str());
   }
 }
 
@@ -332,24 +332,24 @@ class BootstrapImpl final : public Bootstrap {
   Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "send"));
     if (size > kBootstrapMaxMessage) {
-      return makeError(collInvalidArgument, "bootstrap send of %zu bytes exceeds the %zu-byte limit",
-                       size, kBootstrapMaxMessage);
+      return makeError(collInvalidArgument, "bootstrap send of %zu bytes exceeds the %zu-byte limit", size,
+                       kBootstrapMaxMessage);
     }
     Socket s;
     OutboundGuard guard{&outbound_};
-    Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag,
-                             static_cast<uint32_t>(size), deadline, &s, Deadline::never(), &guard);
+    Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag, static_cast<uint32_t>(size),
+                             deadline, &s, Deadline::never(), &guard);
     if (st.ok()) st = s.sendAll(data, size, deadline);
     if (st.ok()) st = readReply(s, deadline);
     return st.withContext(peerContext("bootstrap send to", peer));
   }
 
-  Status recv(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize,
-              Deadline deadline) override {
+  Status recv(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "recv"));
     std::unique_lock<std::mutex> lock(mu_);
     auto& q = messages_[{peer, tag}];
-    COLL_TRY(waitFor(lock, [&] { return !q.empty(); }, deadline, peer, "a message"));
+    COLL_TRY(waitFor(
+        lock, [&] { return !q.empty(); }, deadline, peer, "a message"));
     std::vector<uint8_t> m = std::move(q.front());
     q.pop_front();
     if (m.size() > maxSize) {
@@ -366,8 +366,8 @@ class BootstrapImpl final : public Bootstrap {
     COLL_TRY(checkPeer(peer, "connectData"));
     Socket s;
     OutboundGuard guard{&outbound_};
-    Status st = openAndHello(peers_[peer].address, secret(), kHelloData, rank_, tag, 0, deadline, &s,
-                             Deadline::never(), &guard);
+    Status st = openAndHello(peers_[peer].address, secret(), kHelloData, rank_, tag, 0, deadline, &s, Deadline::never(),
+                             &guard);
     if (st.ok()) st = readReply(s, deadline);
     COLL_TRY(st.withContext(peerContext("data connection to", peer)));
     *out = std::move(s);
@@ -378,7 +378,8 @@ class BootstrapImpl final : public Bootstrap {
     COLL_TRY(checkPeer(peer, "acceptData"));
     std::unique_lock<std::mutex> lock(mu_);
     auto& q = data_[{peer, tag}];
-    COLL_TRY(waitFor(lock, [&] { return !q.empty(); }, deadline, peer, "a data connection"));
+    COLL_TRY(waitFor(
+        lock, [&] { return !q.empty(); }, deadline, peer, "a data connection"));
     *out = std::move(q.front());
     q.pop_front();
     return okStatus();
@@ -407,14 +408,16 @@ class BootstrapImpl final : public Bootstrap {
     }
     // Not tracked for abort(): notices still go out while a communicator aborts (short deadlines).
     Socket s;
-    Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag,
-                             static_cast<uint32_t>(size), deadline, &s, Deadline::afterMs(kControlConnectMs));
+    Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag, static_cast<uint32_t>(size),
+                             deadline, &s, Deadline::afterMs(kControlConnectMs));
     if (st.ok() && size > 0) st = s.sendAll(data, size, deadline);
     uint8_t head[8];
     if (st.ok()) st = s.recvAll(head, sizeof(head), deadline);
-    if (st.ok() && get32(head) != 0) st = makeError(collRemoteError, "the peer refused the message (code %u)", get32(head));
+    if (st.ok() && get32(head) != 0)
+      st = makeError(collRemoteError, "the peer refused the message (code %u)", get32(head));
     const uint32_t n = st.ok() ? get32(head + 4) : 0;
-    if (st.ok() && n > kCtlMaxReply) st = makeError(collRemoteError, "control reply of %u bytes (at most %zu)", n, kCtlMaxReply);
+    if (st.ok() && n > kCtlMaxReply)
+      st = makeError(collRemoteError, "control reply of %u bytes (at most %zu)", n, kCtlMaxReply);
     if (st.ok()) {
       reply->resize(n);
       if (n > 0) st = s.recvAll(reply->data(), n, deadline);
@@ -426,31 +429,33 @@ class BootstrapImpl final : public Bootstrap {
   const Secret* secret() const { return id_.authenticated ? &id_.secret : nullptr; }
 
   std::string peerContext(const char* what, int peer) const {
-    return std::string(what) + " rank " + std::to_string(peer) + " at " +
-           peers_[peer].address.toString() + " (check that it is alive and reachable: "
+    return std::string(what) + " rank " + std::to_string(peer) + " at " + peers_[peer].address.toString() +
+           " (check that it is alive and reachable: "
            "COLL_SOCKET_IFNAME, COLL_TIMEOUT)";
   }
 
   Status checkPeer(int peer, const char* op) const {
     if (peer < 0 || peer >= nranks_ || peers_.empty()) {
-      return makeError(collInvalidArgument, "bootstrap %s: peer %d is not a rank of this %d-rank "
-                       "communicator", op, peer, nranks_);
+      return makeError(collInvalidArgument,
+                       "bootstrap %s: peer %d is not a rank of this %d-rank "
+                       "communicator",
+                       op, peer, nranks_);
     }
     return okStatus();
   }
 
   template <typename Pred>
-  Status waitFor(std::unique_lock<std::mutex>& lock, Pred ready, Deadline deadline, int peer,
-                 const char* what) {
+  Status waitFor(std::unique_lock<std::mutex>& lock, Pred ready, Deadline deadline, int peer, const char* what) {
     while (!ready()) {
       if (aborted_) return makeError(collRemoteError, "bootstrap aborted while waiting for %s", what);
       if (deadline.expired()) {
         std::string from = peer == kRootSender ? std::string("the root/tree parent")
                                                : "rank " + std::to_string(peer) +
                                                      (peers_.empty() ? "" : " at " + peers_[peer].address.toString());
-        return makeError(collTimeout, "rank %d: timed out waiting for %s from %s (check that it is "
-                         "alive and reachable: COLL_SOCKET_IFNAME, COLL_TIMEOUT)", rank_, what,
-                         from.c_str());
+        return makeError(collTimeout,
+                         "rank %d: timed out waiting for %s from %s (check that it is "
+                         "alive and reachable: COLL_SOCKET_IFNAME, COLL_TIMEOUT)",
+                         rank_, what, from.c_str());
       }
       cv_.wait_for(lock, std::chrono::milliseconds(std::min(deadline.remainingMs(), 1000) + 1));
     }
@@ -544,8 +549,10 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
   const uint32_t type = parsed.type, tag = parsed.tag, length = parsed.length;
   const int32_t fromRank = parsed.fromRank;
   if (bad) {
-    COLL_WARN(rank_, "bootstrap listener: dropping connection from %s: %s (type %u, rank %d, "
-              "length %u)", from.c_str(), bad, type, fromRank, length);
+    COLL_WARN(rank_,
+              "bootstrap listener: dropping connection from %s: %s (type %u, rank %d, "
+              "length %u)",
+              from.c_str(), bad, type, fromRank, length);
     return;
   }
   uint8_t ok[4];
@@ -567,8 +574,8 @@ void BootstrapImpl::handleConnection(Socket& s, const SocketAddress& fromAddress
   std::vector<uint8_t> payload(length);
   st = s.recvAll(payload.data(), payload.size(), Deadline::afterMs(kPayloadMs));
   if (!st.ok()) {
-    COLL_WARN(rank_, "bootstrap listener: dropping a message from rank %d at %s: %s", fromRank,
-              from.c_str(), st.message().c_str());
+    COLL_WARN(rank_, "bootstrap listener: dropping a message from rank %d at %s: %s", fromRank, from.c_str(),
+              st.message().c_str());
     return;
   }
   // Acknowledge before filing: once filed, the receiver may finish and close this listener, and
@@ -641,7 +648,8 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
     Socket s;
     COLL_TRY(Socket::connect(id_.root, deadline, &s).withContext(ctx("cannot reach")));
     (void)s.setNoDelay(true);
-    COLL_TRY(authenticate(s, secret(), AuthRole::Connector, deadline, root).withContext(ctx("cannot authenticate with")));
+    COLL_TRY(
+        authenticate(s, secret(), AuthRole::Connector, deadline, root).withContext(ctx("cannot authenticate with")));
     uint8_t reg[kRegWire];
     put32(reg, kRegMagic);
     put32(reg + 4, kRegVersion);
@@ -653,26 +661,28 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
     uint8_t reply[4];
     COLL_TRY(s.recvAll(reply, sizeof(reply), deadline).withContext(ctx("no reply from")));
     if (get32(reply) != kRegOk) {
-      return makeError(collInvalidUsage, "rank %d: the bootstrap root at %s refused the "
-                       "registration (rank %d of %d): %s", rank_, root.c_str(), rank_, nranks_,
-                       regReplyText(get32(reply)));
+      return makeError(collInvalidUsage,
+                       "rank %d: the bootstrap root at %s refused the "
+                       "registration (rank %d of %d): %s",
+                       rank_, root.c_str(), rank_, nranks_, regReplyText(get32(reply)));
     }
   }
 
   std::vector<uint8_t> table;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    COLL_TRY(waitFor(lock, [&] { return table_.has_value(); }, deadline, kRootSender,
-                     "the rank table"));
+    COLL_TRY(waitFor(
+        lock, [&] { return table_.has_value(); }, deadline, kRootSender, "the rank table"));
     table = *table_;
   }
   std::vector<PeerInfo> peers;
   COLL_TRY(parseRankTable(table.data(), table.size(), nranks_, &peers)
                .withContext("rank " + std::to_string(rank_) + ": the rank table from the root"));
   if (!(peers[rank_].address == myAddress_) || peers[rank_].pid != me.pid) {
-    return makeError(collRemoteError, "rank %d: the rank table lists %s for this rank, not our "
-                     "listener %s (two processes registered as rank %d?)", rank_,
-                     peers[rank_].address.toString().c_str(), myAddress_.toString().c_str(), rank_);
+    return makeError(collRemoteError,
+                     "rank %d: the rank table lists %s for this rank, not our "
+                     "listener %s (two processes registered as rank %d?)",
+                     rank_, peers[rank_].address.toString().c_str(), myAddress_.toString().c_str(), rank_);
   }
   peers_ = std::move(peers);
 
@@ -702,8 +712,10 @@ Status encodeUniqueId(const UniqueIdContents& c, collUniqueId* out) {
   put16(p + 4, kIdVersion);
   p[6] = c.authenticated ? 1 : 0;
   if (!putAddress(p + 8, c.root) || c.root.port() == 0) {
-    return makeError(collInvalidArgument, "unique id: the root address %s is not an IPv4/IPv6 "
-                     "address with a port", c.root.toString().c_str());
+    return makeError(collInvalidArgument,
+                     "unique id: the root address %s is not an IPv4/IPv6 "
+                     "address with a port",
+                     c.root.toString().c_str());
   }
   memcpy(p + 32, c.secret.data(), c.secret.size());
   put64(p + 48, c.commNonce);
@@ -713,12 +725,15 @@ Status encodeUniqueId(const UniqueIdContents& c, collUniqueId* out) {
 Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out) {
   const uint8_t* p = reinterpret_cast<const uint8_t*>(id.internal);
   if (get32(p) != kIdMagic) {
-    return makeError(collInvalidArgument, "not a unique id (bad magic): pass the collUniqueId that "
+    return makeError(collInvalidArgument,
+                     "not a unique id (bad magic): pass the collUniqueId that "
                      "collGetUniqueId filled on the root, unmodified, to every rank");
   }
   if (get16(p + 4) != kIdVersion) {
-    return makeError(collInvalidArgument, "unique id version %u is not %u: all ranks must run the "
-                     "same libcollective version", get16(p + 4), kIdVersion);
+    return makeError(collInvalidArgument,
+                     "unique id version %u is not %u: all ranks must run the "
+                     "same libcollective version",
+                     get16(p + 4), kIdVersion);
   }
   if (p[6] > 1) return makeError(collInvalidArgument, "unique id: corrupt flags");
   UniqueIdContents c;
@@ -764,8 +779,8 @@ const char* parseBootstrapHello(const uint8_t* p, size_t size, int nranks, Boots
   return "unknown type";
 }
 
-uint32_t parseBootstrapRegistration(const uint8_t* p, size_t size, uint64_t commNonce,
-                                    int knownNranks, BootstrapRegistration* out) {
+uint32_t parseBootstrapRegistration(const uint8_t* p, size_t size, uint64_t commNonce, int knownNranks,
+                                    BootstrapRegistration* out) {
   *out = BootstrapRegistration{};
   if (size != kRegWire) return kRegMalformed;
   out->rank = static_cast<int32_t>(get32(p + 8));
@@ -784,8 +799,7 @@ uint32_t parseBootstrapRegistration(const uint8_t* p, size_t size, uint64_t comm
 
 Status parseRankTable(const uint8_t* p, size_t size, int nranks, std::vector<PeerInfo>* out) {
   if (nranks < 1 || nranks > kBootstrapMaxRanks || size != static_cast<size_t>(nranks) * kEntryWire) {
-    return makeError(collRemoteError, "rank table of %zu bytes for %d ranks (ranks disagree on nranks?)",
-                     size, nranks);
+    return makeError(collRemoteError, "rank table of %zu bytes for %d ranks (ranks disagree on nranks?)", size, nranks);
   }
   std::vector<PeerInfo> peers(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
@@ -799,8 +813,8 @@ Status parseRankTable(const uint8_t* p, size_t size, int nranks, std::vector<Pee
 
 // ---- root -------------------------------------------------------------------------------------
 
-Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret,
-                          uint64_t commNonce, collUniqueId* id) {
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, uint64_t commNonce,
+                          collUniqueId* id) {
   SocketAddress bind = bindAddress;
   if (bind.length == 0) {
     NetInterface ni;
@@ -842,8 +856,8 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
 
 // ---- Bootstrap::create ------------------------------------------------------------------------
 
-Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash,
-                         Deadline deadline, std::unique_ptr<Bootstrap>* out) {
+Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, Deadline deadline,
+                         std::unique_ptr<Bootstrap>* out) {
   return create(id, rank, nranks, hostHash, 0, deadline, out);
 }
 

@@ -14,8 +14,8 @@
 
 #include "collective/collective.h"
 #include "src/base/deadline.h"
-#include "src/oob/socket.h"
 #include "src/base/status.h"
+#include "src/oob/socket.h"
 
 namespace coll {
 
@@ -37,8 +37,7 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
 // As above with a chosen commNonce (the environment bootstrap: every rank derives the same id).
 // An empty bindAddress (length 0) means the selected interface, port 0. A wildcard bindAddress
 // listens everywhere and publishes the selected interface's address in the id.
-Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret,
-                          uint64_t commNonce, collUniqueId* id);
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, uint64_t commNonce, collUniqueId* id);
 
 // Largest bootstrap message (recv's maxSize is also applied) and largest communicator.
 constexpr size_t kBootstrapMaxMessage = 16u << 20;
@@ -48,7 +47,7 @@ struct PeerInfo {
   SocketAddress address;  // the rank's listener (bootstrap messages and data connections)
   uint64_t hostHash = 0;
   int32_t pid = 0;
-  uint32_t netMask = 0;  // inter-host transports this rank can use (transports/net.h netBit)
+  uint32_t netMask = 0;      // inter-host transports this rank can use (transports/net.h netBit)
   uint64_t machineHash = 0;  // ranks with equal hashes share CPUs (topology.h localMachineIdentity)
   int32_t cpus = 0;          // that machine's online CPUs as this rank saw them (0 = unknown)
 };
@@ -59,8 +58,8 @@ constexpr int32_t kBootstrapMaxCpus = 1 << 20;
 class Bootstrap {
  public:
   // Rendezvous: registers with the root, receives the rank table, starts the listener thread.
-  static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash,
-                       Deadline deadline, std::unique_ptr<Bootstrap>* out);
+  static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, Deadline deadline,
+                       std::unique_ptr<Bootstrap>* out);
   // As above, publishing this rank's netMask in the rank table.
   static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
                        Deadline deadline, std::unique_ptr<Bootstrap>* out);
@@ -75,8 +74,7 @@ class Bootstrap {
   // Small control messages (connection setup). Messages from one peer with one tag arrive in
   // order; recv rejects anything larger than maxSize.
   virtual Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) = 0;
-  virtual Status recv(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize,
-                      Deadline deadline) = 0;
+  virtual Status recv(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize, Deadline deadline) = 0;
 
   // An authenticated socket for data: the active side connects, the passive side accepts the
   // connection the peer made for the same tag.

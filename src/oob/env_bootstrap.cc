@@ -8,15 +8,14 @@
 #include <cstdio>
 #include <cstring>
 
-#include "src/oob/auth.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/oob/auth.h"
 
 namespace coll {
 
 // Ours first (collrun sets them), then the launchers' (the rank table below reads them in order).
-const StringKnob kCommId("COLL_COMM_ID", "",
-                         "host:port of the rendezvous hosted by rank 0 (collCommInitFromEnv).",
+const StringKnob kCommId("COLL_COMM_ID", "", "host:port of the rendezvous hosted by rank 0 (collCommInitFromEnv).",
                          {KnobSection::Bootstrap, 10});
 const StringKnob kCommSecret("COLL_COMM_SECRET", "",
                              "Job secret (hex or text) authenticating every connection (collCommInitFromEnv).",
@@ -31,8 +30,7 @@ const IntKnob kLocalRank("COLL_LOCAL_RANK", "",
                          {KnobSection::Bootstrap, 60});
 const IntKnob kTorchrunRank("RANK", "", "torchrun: rank.", {KnobSection::Launcher, 10});
 const IntKnob kTorchrunWorldSize("WORLD_SIZE", "", "torchrun: world size.", {KnobSection::Launcher, 20});
-const StringKnob kTorchrunMasterAddr("MASTER_ADDR", "",
-                                     "torchrun: rendezvous host (we use MASTER_PORT + 1).",
+const StringKnob kTorchrunMasterAddr("MASTER_ADDR", "", "torchrun: rendezvous host (we use MASTER_PORT + 1).",
                                      {KnobSection::Launcher, 30});
 const IntKnob kTorchrunMasterPort("MASTER_PORT", "", "torchrun: its own store's port.", {KnobSection::Launcher, 40});
 const IntKnob kOmpiRank("OMPI_COMM_WORLD_RANK", "", "Open MPI: rank.", {KnobSection::Launcher, 50});
@@ -41,14 +39,12 @@ const IntKnob kPmiRank("PMI_RANK", "", "PMI (MPICH, Hydra): rank.", {KnobSection
 const IntKnob kPmiSize("PMI_SIZE", "", "PMI (MPICH, Hydra): size.", {KnobSection::Launcher, 80});
 const IntKnob kSlurmProcId("SLURM_PROCID", "", "Slurm: rank.", {KnobSection::Launcher, 90});
 const IntKnob kSlurmNtasks("SLURM_NTASKS", "", "Slurm: size.", {KnobSection::Launcher, 100});
-const IntKnob kSlurmJobId("SLURM_JOB_ID", "",
-                          "Slurm: job id (derives the rendezvous port).",
+const IntKnob kSlurmJobId("SLURM_JOB_ID", "", "Slurm: job id (derives the rendezvous port).",
                           {KnobSection::Launcher, 110});
 const StringKnob kSlurmStepNodelist("SLURM_STEP_NODELIST", "",
                                     "Slurm: nodes of this step (first one hosts the rendezvous).",
                                     {KnobSection::Launcher, 120});
-const StringKnob kSlurmJobNodelist("SLURM_JOB_NODELIST", "",
-                                   "Slurm: nodes of the job (when the step list is absent).",
+const StringKnob kSlurmJobNodelist("SLURM_JOB_NODELIST", "", "Slurm: nodes of the job (when the step list is absent).",
                                    {KnobSection::Launcher, 130});
 
 namespace {
@@ -64,9 +60,7 @@ std::optional<long long> parseStrictInt(const std::string& text) {
   return v;
 }
 
-bool allDigits(const std::string& s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
+bool allDigits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 // Splits at commas outside brackets.
 Status splitTopLevel(const std::string& list, std::vector<std::string>* items) {
@@ -93,8 +87,7 @@ Status splitTopLevel(const std::string& list, std::vector<std::string>* items) {
 }
 
 // One range "07" or "01-04" of a bracket group.
-Status parseRange(const std::string& range, const std::string& list, long long* lo, long long* hi,
-                  size_t* width) {
+Status parseRange(const std::string& range, const std::string& list, long long* lo, long long* hi, size_t* width) {
   size_t dash = range.find('-');
   std::string a = dash == std::string::npos ? range : range.substr(0, dash);
   std::string b = dash == std::string::npos ? range : range.substr(dash + 1);
@@ -105,8 +98,7 @@ Status parseRange(const std::string& range, const std::string& list, long long* 
   *hi = std::stoll(b);
   *width = a.size();
   if (*hi < *lo) {
-    return makeError(collInvalidUsage, "Slurm host list '%s': range '%s' runs backwards", list.c_str(),
-                     range.c_str());
+    return makeError(collInvalidUsage, "Slurm host list '%s': range '%s' runs backwards", list.c_str(), range.c_str());
   }
   return okStatus();
 }
@@ -117,8 +109,7 @@ std::string padded(long long v, size_t width) {
   return s;
 }
 
-Status expandItem(const std::string& item, const std::string& list, size_t maxHosts,
-                  std::vector<std::string>* out) {
+Status expandItem(const std::string& item, const std::string& list, size_t maxHosts, std::vector<std::string>* out) {
   size_t open = item.find('[');
   if (open == std::string::npos) {
     // Bounded like the bracket expansions below (a long list of plain names also counts).
@@ -145,8 +136,7 @@ Status expandItem(const std::string& item, const std::string& list, size_t maxHo
     for (long long v = lo; v <= hi; ++v) {
       for (auto& r : rest) {
         if (out->size() >= maxHosts) {
-          return makeError(collInvalidUsage, "Slurm host list '%s' names more than %zu hosts",
-                           list.c_str(), maxHosts);
+          return makeError(collInvalidUsage, "Slurm host list '%s' names more than %zu hosts", list.c_str(), maxHosts);
         }
         out->push_back(prefix + padded(v, width) + r);
       }
@@ -163,15 +153,16 @@ Status readSecretFile(const std::string& path, std::string* text) {
   }
   struct stat sb {};
   if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077) != 0) {
-    COLL_WARN(-1, "COLL_COMM_SECRET_FILE=%s is readable by other users; chmod 600 it",
-              path.c_str());
+    COLL_WARN(-1, "COLL_COMM_SECRET_FILE=%s is readable by other users; chmod 600 it", path.c_str());
   }
   char buf[kMaxSecretFileBytes + 1];
   size_t n = fread(buf, 1, sizeof(buf), f);
   fclose(f);
   if (n > kMaxSecretFileBytes) {
-    return makeError(collInvalidUsage, "COLL_COMM_SECRET_FILE=%s is larger than %zu bytes; it "
-                     "should hold one secret line", path.c_str(), kMaxSecretFileBytes);
+    return makeError(collInvalidUsage,
+                     "COLL_COMM_SECRET_FILE=%s is larger than %zu bytes; it "
+                     "should hold one secret line",
+                     path.c_str(), kMaxSecretFileBytes);
   }
   std::string s(buf, n);
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) {
@@ -186,11 +177,8 @@ Status readSecretFile(const std::string& path, std::string* text) {
 
 Status resolveRankSize(EnvBootstrap* out) {
   static const IntKnob* const kPairs[][2] = {
-      {&kRank, &kWorldSize},
-      {&kTorchrunRank, &kTorchrunWorldSize},
-      {&kOmpiRank, &kOmpiSize},
-      {&kPmiRank, &kPmiSize},
-      {&kSlurmProcId, &kSlurmNtasks},
+      {&kRank, &kWorldSize},  {&kTorchrunRank, &kTorchrunWorldSize}, {&kOmpiRank, &kOmpiSize},
+      {&kPmiRank, &kPmiSize}, {&kSlurmProcId, &kSlurmNtasks},
   };
   for (auto& knobs : kPairs) {
     const char* const pair[2] = {knobs[0]->name(), knobs[1]->name()};
@@ -198,17 +186,16 @@ Status resolveRankSize(EnvBootstrap* out) {
     auto n = knobs[1]->raw();
     if (!r && !n) continue;
     if (!r || !n) {
-      return makeError(collInvalidUsage, "%s is set but %s is not; set both (or neither)",
-                       r ? pair[0] : pair[1], r ? pair[1] : pair[0]);
+      return makeError(collInvalidUsage, "%s is set but %s is not; set both (or neither)", r ? pair[0] : pair[1],
+                       r ? pair[1] : pair[0]);
     }
     auto rv = parseStrictInt(*r), nv = parseStrictInt(*n);
     if (!rv || !nv) {
-      return makeError(collInvalidUsage, "%s=%s / %s=%s: expected integers", pair[0], r->c_str(),
-                       pair[1], n->c_str());
+      return makeError(collInvalidUsage, "%s=%s / %s=%s: expected integers", pair[0], r->c_str(), pair[1], n->c_str());
     }
     if (*nv < 1 || *nv > kBootstrapMaxRanks || *rv < 0 || *rv >= *nv) {
-      return makeError(collInvalidUsage, "%s=%lld / %s=%lld: need 0 <= rank < size <= %d", pair[0],
-                       *rv, pair[1], *nv, kBootstrapMaxRanks);
+      return makeError(collInvalidUsage, "%s=%lld / %s=%lld: need 0 <= rank < size <= %d", pair[0], *rv, pair[1], *nv,
+                       kBootstrapMaxRanks);
     }
     out->rank = static_cast<int>(*rv);
     out->nranks = static_cast<int>(*nv);
@@ -228,29 +215,28 @@ Status resolveRendezvous(EnvBootstrap* out) {
     auto portText = kTorchrunMasterPort.raw();
     auto port = portText ? parseStrictInt(*portText) : std::nullopt;
     if (!port || *port < 1 || *port > 65534) {
-      return makeError(collInvalidUsage, "MASTER_ADDR is set but MASTER_PORT=%s is not a port in "
+      return makeError(collInvalidUsage,
+                       "MASTER_ADDR is set but MASTER_PORT=%s is not a port in "
                        "1..65534 (we rendezvous at MASTER_PORT+1)",
                        portText ? portText->c_str() : "<unset>");
     }
     std::string host = *addr;
     if (host.find(':') != std::string::npos && host[0] != '[') host = "[" + host + "]";
-    COLL_TRY(SocketAddress::parse(host + ":" + std::to_string(*port + 1), &out->rendezvous)
-                 .withContext("MASTER_ADDR"));
+    COLL_TRY(SocketAddress::parse(host + ":" + std::to_string(*port + 1), &out->rendezvous).withContext("MASTER_ADDR"));
     out->source += ", MASTER_ADDR:MASTER_PORT+1";
-  } else if (auto list = kSlurmStepNodelist.raw() ? kSlurmStepNodelist.raw()
-                                                        : kSlurmJobNodelist.raw()) {
+  } else if (auto list = kSlurmStepNodelist.raw() ? kSlurmStepNodelist.raw() : kSlurmJobNodelist.raw()) {
     auto jobText = kSlurmJobId.raw();
     auto job = jobText ? parseStrictInt(*jobText) : std::nullopt;
     if (!job || *job < 0) {
-      return makeError(collInvalidUsage, "a Slurm node list is set but SLURM_JOB_ID=%s is not a "
+      return makeError(collInvalidUsage,
+                       "a Slurm node list is set but SLURM_JOB_ID=%s is not a "
                        "job id; set COLL_COMM_ID=host:port instead",
                        jobText ? jobText->c_str() : "<unset>");
     }
     std::string host;
     COLL_TRY(firstSlurmNode(*list, &host));
     int port = 20000 + static_cast<int>(*job % 20000);
-    COLL_TRY(SocketAddress::parse(host + ":" + std::to_string(port), &out->rendezvous)
-                 .withContext("first Slurm node"));
+    COLL_TRY(SocketAddress::parse(host + ":" + std::to_string(port), &out->rendezvous).withContext("first Slurm node"));
     out->source += ", Slurm node list (first node, port 20000 + SLURM_JOB_ID % 20000)";
   } else {
     return makeError(collInvalidUsage,
@@ -266,8 +252,7 @@ Status resolveRendezvous(EnvBootstrap* out) {
 
 }  // namespace
 
-Status expandSlurmNodeList(const std::string& list, std::vector<std::string>* hosts,
-                           size_t maxHosts) {
+Status expandSlurmNodeList(const std::string& list, std::vector<std::string>* hosts, size_t maxHosts) {
   std::vector<std::string> items, out;
   COLL_TRY(splitTopLevel(list, &items));
   for (auto& item : items) COLL_TRY(expandItem(item, list, maxHosts, &out));
@@ -318,7 +303,8 @@ Status resolveEnvBootstrap(EnvBootstrap* out) {
   } else {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true)) {
-      COLL_WARN(env.rank, "no COLL_COMM_SECRET or COLL_COMM_SECRET_FILE: running unauthenticated "
+      COLL_WARN(env.rank,
+                "no COLL_COMM_SECRET or COLL_COMM_SECRET_FILE: running unauthenticated "
                 "(anyone who can reach %s can join or disturb this job)",
                 env.rendezvous.toString().c_str());
     }
@@ -349,12 +335,11 @@ Status envUniqueId(const EnvBootstrap& env, bool isRoot, collUniqueId* id) {
     if (!st.ok() && st.code() == collInvalidUsage) {
       // The rendezvous name is not one of our addresses (NAT, a VIP): listen on every interface.
       SocketAddress any = SocketAddress::wildcard(env.rendezvous.family(), env.rendezvous.port());
-      COLL_INFO(env.rank, "rendezvous %s is not a local address; listening on %s",
-                env.rendezvous.toString().c_str(), any.toString().c_str());
+      COLL_INFO(env.rank, "rendezvous %s is not a local address; listening on %s", env.rendezvous.toString().c_str(),
+                any.toString().c_str());
       st = startBootstrapRoot(any, secret, c.commNonce, &rootId);
     }
-    COLL_TRY(st.withContext("rank " + std::to_string(env.rank) + " hosting the rendezvous (" +
-                            env.source + ")"));
+    COLL_TRY(st.withContext("rank " + std::to_string(env.rank) + " hosting the rendezvous (" + env.source + ")"));
   }
   return encodeUniqueId(c, id);
 }

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "collective/collective.h"
+#include "src/base/status.h"
 #include "src/oob/bootstrap.h"
 #include "src/oob/socket.h"
-#include "src/base/status.h"
 
 namespace coll {
 
@@ -35,8 +35,7 @@ Status envUniqueId(const EnvBootstrap& env, bool isRoot, collUniqueId* id);
 
 // Expands a Slurm host list ("node[01-04,07],gpu5" -> node01..node04, node07, gpu5), keeping
 // zero padding; fails on malformed text or more than maxHosts names.
-Status expandSlurmNodeList(const std::string& list, std::vector<std::string>* hosts,
-                           size_t maxHosts = 1 << 20);
+Status expandSlurmNodeList(const std::string& list, std::vector<std::string>* hosts, size_t maxHosts = 1 << 20);
 // The first host of a Slurm host list, without expanding the rest.
 Status firstSlurmNode(const std::string& list, std::string* host);
 

@@ -87,21 +87,24 @@ bool FailureRecord::first(FailedPeer* out) const {
 Status FailureRecord::interruption(int myRank) const {
   FailedPeer f;
   if (first(&f)) {
-    std::string by = f.reportedBy >= 0 && f.reportedBy != myRank
-                         ? " (reported by rank " + std::to_string(f.reportedBy) + ")"
-                         : "";
+    std::string by =
+        f.reportedBy >= 0 && f.reportedBy != myRank ? " (reported by rank " + std::to_string(f.reportedBy) + ")" : "";
     return Status(collRemoteError, "rank " + std::to_string(myRank) + ": " + describeFailedPeer(f) + by);
   }
   const int by = revokedBy();
   if (by >= 0) {
-    return makeError(collRemoteError, "rank %d: the communicator was revoked by rank %d (collCommRevoke); abort, "
-                     "destroy or shrink it", myRank, by);
+    return makeError(collRemoteError,
+                     "rank %d: the communicator was revoked by rank %d (collCommRevoke); abort, "
+                     "destroy or shrink it",
+                     myRank, by);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (cycleBy_ >= 0) {
-    return makeError(collTimeout, "rank %d: rank %d found the ranks waiting for each other in a cycle: %s "
+    return makeError(collTimeout,
+                     "rank %d: rank %d found the ranks waiting for each other in a cycle: %s "
                      "(mismatched calls: check that every rank makes the same calls in the same order; COLL_CHECK=1 "
-                     "compares collectives)", myRank, cycleBy_, cycle_.c_str());
+                     "compares collectives)",
+                     myRank, cycleBy_, cycle_.c_str());
   }
   return okStatus();
 }

@@ -13,7 +13,7 @@
 namespace coll {
 
 // Reserved bootstrap tags, handled on the receiving rank's listener thread (never queued).
-constexpr uint32_t kCtlTagBase = 0x464c0000u;  // "FL"
+constexpr uint32_t kCtlTagBase = 0x464c0000u;         // "FL"
 constexpr uint32_t kCtlTagFailed = kCtlTagBase + 1;   // payload: FailedWire (+ reason text)
 constexpr uint32_t kCtlTagRevoked = kCtlTagBase + 2;  // payload: empty (the sender revoked)
 constexpr uint32_t kCtlTagWaitFor = kCtlTagBase + 3;  // payload: empty; reply: WaitForWire
@@ -24,8 +24,8 @@ constexpr size_t kCtlMaxReply = 64;    // longest control reply (the wait-for an
 
 struct FailedPeer {
   int rank = -1;
-  std::string host;    // "198.18.0.4, pid 1234" (address without port, and pid) when known
-  std::string reason;  // "connection closed", "did not answer within 375 ms", ...
+  std::string host;     // "198.18.0.4, pid 1234" (address without port, and pid) when known
+  std::string reason;   // "connection closed", "did not answer within 375 ms", ...
   int reportedBy = -1;  // the rank that detected it (this rank when detected here)
 };
 
@@ -84,7 +84,7 @@ struct WaitForAnswer {
   uint64_t seq = 0;       // the call (or the last call, when idle)
   int32_t waitPeer = -1;  // the peer its first blocked step waits on (-1: progressing / none)
   int32_t step = -1;
-  uint32_t idleMs = 0;    // how long it has been idle (0: progressing)
+  uint32_t idleMs = 0;      // how long it has been idle (0: progressing)
   int32_t failedRank = -1;  // the first rank it knows to have failed (-1: none)
 };
 constexpr size_t kWaitForWire = 32;

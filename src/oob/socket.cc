@@ -92,38 +92,32 @@ Status SocketAddress::parse(const std::string& text, SocketAddress* out) {
   if (!text.empty() && text[0] == '[') {
     size_t close = text.find(']');
     if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return makeError(collInvalidArgument, "cannot parse address '%s': expected [ipv6]:port",
-                       text.c_str());
+      return makeError(collInvalidArgument, "cannot parse address '%s': expected [ipv6]:port", text.c_str());
     }
     host = text.substr(1, close - 1);
     portText = text.substr(close + 2);
   } else {
     size_t colon = text.rfind(':');
     if (colon == std::string::npos) {
-      return makeError(collInvalidArgument, "cannot parse address '%s': expected host:port",
-                       text.c_str());
+      return makeError(collInvalidArgument, "cannot parse address '%s': expected host:port", text.c_str());
     }
     if (text.find(':') != colon) {
-      return makeError(collInvalidArgument,
-                       "cannot parse address '%s': write IPv6 addresses as [addr]:port",
+      return makeError(collInvalidArgument, "cannot parse address '%s': write IPv6 addresses as [addr]:port",
                        text.c_str());
     }
     host = text.substr(0, colon);
     portText = text.substr(colon + 1);
   }
   if (host.empty()) {
-    return makeError(collInvalidArgument, "cannot parse address '%s': the host is empty",
-                     text.c_str());
+    return makeError(collInvalidArgument, "cannot parse address '%s': the host is empty", text.c_str());
   }
   if (portText.empty() || portText.size() > 5 ||
       !std::all_of(portText.begin(), portText.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return makeError(collInvalidArgument, "cannot parse address '%s': the port must be 0..65535",
-                     text.c_str());
+    return makeError(collInvalidArgument, "cannot parse address '%s': the port must be 0..65535", text.c_str());
   }
   unsigned long port = strtoul(portText.c_str(), nullptr, 10);
   if (port > 65535) {
-    return makeError(collInvalidArgument, "cannot parse address '%s': the port must be 0..65535",
-                     text.c_str());
+    return makeError(collInvalidArgument, "cannot parse address '%s': the port must be 0..65535", text.c_str());
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -131,13 +125,16 @@ Status SocketAddress::parse(const std::string& text, SocketAddress* out) {
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || res == nullptr) {
-    return makeError(collInvalidArgument, "cannot resolve host '%s' (from '%s'): %s", host.c_str(),
-                     text.c_str(), gai_strerror(rc));
+    return makeError(collInvalidArgument, "cannot resolve host '%s' (from '%s'): %s", host.c_str(), text.c_str(),
+                     gai_strerror(rc));
   }
   // Prefer IPv4 among the results, so every process that resolves the name picks the same one.
   addrinfo* pick = nullptr;
   for (addrinfo* r = res; r; r = r->ai_next) {
-    if (r->ai_family == AF_INET) { pick = r; break; }
+    if (r->ai_family == AF_INET) {
+      pick = r;
+      break;
+    }
     if (r->ai_family == AF_INET6 && pick == nullptr) pick = r;
   }
   if (pick == nullptr || pick->ai_addrlen > sizeof(sockaddr_storage)) {
@@ -238,8 +235,7 @@ Status parseSocketFamily(const std::string& text, int* family) {
   else if (t == "AF_INET" || t == "INET" || t == "4" || t == "IPV4") *family = AF_INET;
   else if (t == "AF_INET6" || t == "INET6" || t == "6" || t == "IPV6") *family = AF_INET6;
   else {
-    return makeError(collInvalidUsage, "COLL_SOCKET_FAMILY=%s is not AF_INET or AF_INET6",
-                     text.c_str());
+    return makeError(collInvalidUsage, "COLL_SOCKET_FAMILY=%s is not AF_INET or AF_INET6", text.c_str());
   }
   return okStatus();
 }
@@ -319,8 +315,7 @@ Status localAddressTowards(const SocketAddress& remote, SocketAddress* out) {
   SocketAddress target = remote;
   if (target.port() == 0) target.setPort(9);  // connect() on UDP needs a port; no traffic is sent
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&target.storage), target.length) != 0) {
-    return makeError(collSystemError, "no route to %s: %s", remote.toString().c_str(),
-                     errnoText(errno).c_str());
+    return makeError(collSystemError, "no route to %s: %s", remote.toString().c_str(), errnoText(errno).c_str());
   }
   SocketAddress local;
   local.length = sizeof(local.storage);
@@ -377,8 +372,7 @@ Status Socket::listen(const SocketAddress& address, int backlog, Socket* out, So
                      address.toString().c_str(), errnoText(err).c_str());
   }
   if (::listen(fd, backlog) != 0) {
-    return makeError(collSystemError, "listen on %s failed: %s", address.toString().c_str(),
-                     errnoText(errno).c_str());
+    return makeError(collSystemError, "listen on %s failed: %s", address.toString().c_str(), errnoText(errno).c_str());
   }
   if (bound) {
     SocketAddress b;
@@ -427,9 +421,8 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* 
       return okStatus();
     }
     lastErr = err;
-    bool retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET ||
-                     err == EAGAIN || err == ECONNABORTED || err == EHOSTUNREACH ||
-                     err == ENETUNREACH;
+    bool retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == EAGAIN ||
+                     err == ECONNABORTED || err == EHOSTUNREACH || err == ENETUNREACH;
     if (!retryable) break;
     if (deadline.expired()) break;
     int sleepMs = std::min(backoffMs, deadline.remainingMs());
@@ -478,14 +471,15 @@ Status Socket::sendAll(const void* data, size_t size, Deadline deadline) {
       short rev = 0;
       int pr = pollOne(fd_, POLLOUT, deadline, &rev);
       if (pr == 0) {
-        return makeError(collTimeout, "send timed out after %zu of %zu bytes (COLL_TIMEOUT)", done,
-                         size);
+        return makeError(collTimeout, "send timed out after %zu of %zu bytes (COLL_TIMEOUT)", done, size);
       }
       if (pr < 0) return makeError(collSystemError, "poll failed: %s", errnoText(errno).c_str());
       continue;
     }
-    return makeError(collRemoteError, "send failed after %zu of %zu bytes: %s (the peer closed "
-                     "the connection or died)", done, size, errnoText(errno).c_str());
+    return makeError(collRemoteError,
+                     "send failed after %zu of %zu bytes: %s (the peer closed "
+                     "the connection or died)",
+                     done, size, errnoText(errno).c_str());
   }
   return okStatus();
 }
@@ -500,16 +494,14 @@ Status Socket::recvAll(void* data, size_t size, Deadline deadline) {
       continue;
     }
     if (n == 0) {
-      return makeError(collRemoteError,
-                       "connection closed by the peer after %zu of %zu bytes", done, size);
+      return makeError(collRemoteError, "connection closed by the peer after %zu of %zu bytes", done, size);
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       short rev = 0;
       int pr = pollOne(fd_, POLLIN, deadline, &rev);
       if (pr == 0) {
-        return makeError(collTimeout, "receive timed out after %zu of %zu bytes (COLL_TIMEOUT)",
-                         done, size);
+        return makeError(collTimeout, "receive timed out after %zu of %zu bytes (COLL_TIMEOUT)", done, size);
       }
       if (pr < 0) return makeError(collSystemError, "poll failed: %s", errnoText(errno).c_str());
       continue;
@@ -542,8 +534,7 @@ Status Socket::setBufferSizes(int bytes) {
   if (bytes <= 0) return okStatus();  // 0 = keep the kernel's autotuning
   if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) != 0 ||
       setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
-    return makeError(collSystemError, "setting socket buffers to %d bytes failed: %s", bytes,
-                     errnoText(errno).c_str());
+    return makeError(collSystemError, "setting socket buffers to %d bytes failed: %s", bytes, errnoText(errno).c_str());
   }
   return okStatus();
 }

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 
 namespace coll {
 
@@ -38,8 +38,8 @@ struct BootstrapRegistration {
 // Decodes a registration the root received. Returns the reply code for the registrant: 0 when
 // acceptable; otherwise malformed, another unique id (`commNonce`), nranks out of range or not
 // `knownNranks` (< 0: nobody registered yet), rank out of range. Duplicates are the caller's check.
-uint32_t parseBootstrapRegistration(const uint8_t* bytes, size_t size, uint64_t commNonce,
-                                    int knownNranks, BootstrapRegistration* out);
+uint32_t parseBootstrapRegistration(const uint8_t* bytes, size_t size, uint64_t commNonce, int knownNranks,
+                                    BootstrapRegistration* out);
 
 // Decodes a rank table of `nranks` entries; fails on a wrong size or a malformed entry.
 Status parseRankTable(const uint8_t* bytes, size_t size, int nranks, std::vector<PeerInfo>* out);

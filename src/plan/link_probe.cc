@@ -15,19 +15,23 @@
 namespace coll {
 
 const BoolKnob kLinkProbe("COLL_LINK_PROBE", "1",
-                          "1: measure the link model's parameters at communicator creation (a short ping-pong per link class, well under a second); 0: COLL_LINK_* knobs or built-in leads.",
+                          "1: measure the link model's parameters at communicator creation (a short ping-pong per link "
+                          "class, well under a second); 0: COLL_LINK_* knobs or built-in leads.",
                           {KnobSection::PlannerExecutor, 30});
-const StringKnob kLinkIntraAlphaUs("COLL_LINK_INTRA_ALPHA_US", "",
-                                   "Planner: latency of one hop between ranks of a host, microseconds (default: probed).",
-                                   {KnobSection::PlannerExecutor, 40});
-const StringKnob kLinkIntraGbps("COLL_LINK_INTRA_GBPS", "",
-                                "Planner: bandwidth of one hop between ranks of a host, GB/s = 1e9 bytes/s (default: probed).",
-                                {KnobSection::PlannerExecutor, 50});
+const StringKnob kLinkIntraAlphaUs(
+    "COLL_LINK_INTRA_ALPHA_US", "",
+    "Planner: latency of one hop between ranks of a host, microseconds (default: probed).",
+    {KnobSection::PlannerExecutor, 40});
+const StringKnob kLinkIntraGbps(
+    "COLL_LINK_INTRA_GBPS", "",
+    "Planner: bandwidth of one hop between ranks of a host, GB/s = 1e9 bytes/s (default: probed).",
+    {KnobSection::PlannerExecutor, 50});
 const StringKnob kLinkInterAlphaUs("COLL_LINK_INTER_ALPHA_US", "",
                                    "Planner: latency of one message between hosts, microseconds (default: probed).",
                                    {KnobSection::PlannerExecutor, 60});
 const StringKnob kLinkInterGbps("COLL_LINK_INTER_GBPS", "",
-                                "Planner: bandwidth of one network link (NIC) between hosts, GB/s (default: probed; the probe measures one pair of ranks, i.e. one NIC).",
+                                "Planner: bandwidth of one network link (NIC) between hosts, GB/s (default: probed; "
+                                "the probe measures one pair of ranks, i.e. one NIC).",
                                 {KnobSection::PlannerExecutor, 70});
 const StringKnob kLinkGammaGbps("COLL_LINK_GAMMA_GBPS", "",
                                 "Planner: local reduction speed, GB/s of reduced data (default: probed).",
@@ -62,9 +66,7 @@ Status linkKnob(const StringKnob& knob, double* out) {
   return okStatus();
 }
 
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -86,7 +88,8 @@ Status LinkProbe::setLinkModel(PlannerInputs* inputs, const PlannerInputs* inher
   const bool needGamma = probe && gammaGBps == 0;
   Measured measured;
   if (needIntra || needInter || needGamma) {
-    COLL_TRY(probeLinks(needIntra, needInter, needGamma, &measured).withContext("link probe (COLL_LINK_PROBE=0 skips it)"));
+    COLL_TRY(
+        probeLinks(needIntra, needInter, needGamma, &measured).withContext("link probe (COLL_LINK_PROBE=0 skips it)"));
   }
   auto pick = [](double knob, double fromKnob, double probed, double fallback, const char** from) {
     if (knob > 0) return *from = "knob", fromKnob;
@@ -132,7 +135,9 @@ Status LinkProbe::pingPong(int peer, bool initiator, uint64_t bigBytes, uint64_t
   std::vector<std::byte> big(peer >= 0 ? bigBytes : 0), small(8);
   // Ranks outside the pair run empty batches in step, so every rank's call count (which names
   // window halves and published progress) stays the same.
-  auto xfer = [&](bool send, std::vector<std::byte>& buf) { return channel_.transfer(send, peer, buf.data(), buf.size()); };
+  auto xfer = [&](bool send, std::vector<std::byte>& buf) {
+    return channel_.transfer(send, peer, buf.data(), buf.size());
+  };
   std::vector<double> rtts;
   for (int i = 0; i < kWarm + kSmall; ++i) {
     const auto t0 = Clock::now();

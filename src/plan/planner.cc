@@ -55,8 +55,12 @@ class LoadCounter {
   // nicOfRank: the NIC (0 .. nics-1 over all hosts) each rank's inter-host traffic uses.
   // busyMachine: the machine whose CPUs the transfers across hosts are counted on (-1: none).
   LoadCounter(const Topology& t, const std::vector<int32_t>& nicOfRank, int32_t nics, int32_t busyMachine)
-      : t_(t), nicOf_(nicOfRank), busyMachine_(busyMachine), out_(static_cast<size_t>(nics)),
-        in_(static_cast<size_t>(nics)), perRank_(static_cast<size_t>(t.nranks)) {}
+      : t_(t),
+        nicOf_(nicOfRank),
+        busyMachine_(busyMachine),
+        out_(static_cast<size_t>(nics)),
+        in_(static_cast<size_t>(nics)),
+        perRank_(static_cast<size_t>(t.nranks)) {}
   void add(int32_t src, int32_t dst) {
     if (src == dst) return;
     const int32_t hs = t_.hostOfRank[static_cast<size_t>(src)], hd = t_.hostOfRank[static_cast<size_t>(dst)];
@@ -64,8 +68,10 @@ class LoadCounter {
       int32_t& n = perRank_[static_cast<size_t>(src)];
       load_.intraPerRank = std::max(load_.intraPerRank, ++n);
     } else {
-      load_.interPerNic = std::max<double>(load_.interPerNic, ++out_[static_cast<size_t>(nicOf_[static_cast<size_t>(src)])]);
-      load_.interPerNic = std::max<double>(load_.interPerNic, ++in_[static_cast<size_t>(nicOf_[static_cast<size_t>(dst)])]);
+      load_.interPerNic =
+          std::max<double>(load_.interPerNic, ++out_[static_cast<size_t>(nicOf_[static_cast<size_t>(src)])]);
+      load_.interPerNic =
+          std::max<double>(load_.interPerNic, ++in_[static_cast<size_t>(nicOf_[static_cast<size_t>(dst)])]);
       if (busyMachine_ >= 0 && t_.machineOfRank[static_cast<size_t>(src)] == busyMachine_) ++load_.machineInter;
     }
   }
@@ -171,7 +177,8 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
     s->pairSteps.push_back(c.take());
   }
   for (int64_t d = 1; d < p; d <<= 1) {
-    for (int64_t i = 0; i < std::min<int64_t>(d, p - d); ++i) c.add(static_cast<int32_t>(i), static_cast<int32_t>(i + d));
+    for (int64_t i = 0; i < std::min<int64_t>(d, p - d); ++i)
+      c.add(static_cast<int32_t>(i), static_cast<int32_t>(i + d));
     s->binomial.push_back(c.take());
     for (int32_t r = 0; r < p; ++r) c.add(r, static_cast<int32_t>((r - d % p + p) % p));
     s->bruck.push_back(c.take());

@@ -9,8 +9,8 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/model.h"
 #include "algorithms/registry.h"
-#include "src/schedule/coll_args.h"
 #include "src/base/status.h"
+#include "src/schedule/coll_args.h"
 #include "src/topo/topology.h"
 
 namespace coll {
@@ -31,10 +31,10 @@ AlgoMask candidateAlgos(CollKind kind);
 
 // The model's inputs (algorithms/model.h) and COLL_ALGO's filter.
 struct PlannerInputs : ModelInputs {
-  std::string forcedAlgo;        // COLL_ALGO ("" = choose)
+  std::string forcedAlgo;  // COLL_ALGO ("" = choose)
   // Derived by finalizePlannerInputs:
   AlgoMask allowed[kCollKindCount] = {};
-  Status filterStatus;           // COLL_ALGO's parse result
+  Status filterStatus;  // COLL_ALGO's parse result
 };
 
 // Derives what the planner would otherwise recompute on every call (O(p log p) once).
@@ -48,7 +48,7 @@ struct PlanChoice {
   uint64_t reduceAllBelowBytes = 0;  // direct: every rank reduces everything below this size
   double predictedSeconds = 0;
   static constexpr int kMaxCandidates = 16;  // at least the algorithms serving one collective
-  Candidate candidates[kMaxCandidates];  // every allowed, applicable algorithm, in AlgoId order
+  Candidate candidates[kMaxCandidates];      // every allowed, applicable algorithm, in AlgoId order
   int32_t ncandidates = 0;
 };
 

@@ -265,8 +265,8 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
         md.whole = d.whole;
         if (d.kind == DepKind::Step) {
           if (d.step < 0 || static_cast<size_t>(d.step) >= s.steps.size()) {
-            return makeError(collInternalError, "schedule cost: rank %d step %zu of '%s' depends on step %d of %zu",
-                             e, i, s.algorithm, d.step, s.steps.size());
+            return makeError(collInternalError, "schedule cost: rank %d step %zu of '%s' depends on step %d of %zu", e,
+                             i, s.algorithm, d.step, s.steps.size());
           }
           md.step = rankBegin[e] + static_cast<uint32_t>(d.step);
         } else if (d.kind == DepKind::PeerStep) {
@@ -342,8 +342,8 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
     if (i >= sends.size() || i >= recvs.size() || !sends[i].sameKey(recvs[i])) {
       const bool sendMissing = i >= sends.size() || (i < recvs.size() && recvs[i] < sends[i]);
       const StreamKey& k = sendMissing ? recvs[i] : sends[i];
-      return makeError(collInternalError, "schedule cost: %s has no matching %s%s", describeKey(k, !sendMissing).c_str(),
-                       sendMissing ? "send" : "receive",
+      return makeError(collInternalError, "schedule cost: %s has no matching %s%s",
+                       describeKey(k, !sendMissing).c_str(), sendMissing ? "send" : "receive",
                        symmetric ? " (is the schedule the same on every host up to translation?)" : "");
     }
   }
@@ -458,8 +458,8 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
   };
   auto readyAt = [&](double time, uint32_t id) {
     const ModelStep& m = steps[nodes[id].firstStep];
-    const uint64_t key = (static_cast<uint64_t>(m.rank % static_cast<uint32_t>(L)) << 32) |
-                         (nodes[id].firstStep - rankBegin[m.rank]);
+    const uint64_t key =
+        (static_cast<uint64_t>(m.rank % static_cast<uint32_t>(L)) << 32) | (nodes[id].firstStep - rankBegin[m.rank]);
     return Ready{time, key, id};
   };
   std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;

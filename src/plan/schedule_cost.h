@@ -58,7 +58,7 @@ struct LinkModel {
   // Indexed by LinkClass; the defaults describe a GPU cluster: 1 us and 200 GB/s per rank inside a node,
   // 5 us and 50 GB/s per rank across nodes.
   LinkParams link[kLinkClasses] = {{1e-6, 200e9}, {5e-6, 50e9}};
-  double memoryBytesPerSecond = 200e9;  // local Copy / Reduce / Divide
+  double memoryBytesPerSecond = 200e9;     // local Copy / Reduce / Divide
   uint64_t defaultSliceBytes = 128 << 10;  // when Schedule::sliceBytes is 0 (COLL_SLICE_BYTES' default)
 };
 

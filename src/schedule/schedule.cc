@@ -10,21 +10,16 @@ size_t dataTypeSize(collDataType_t dtype) {
     case collInt8:
     case collUint8:
     case collFloat8e4m3:
-    case collFloat8e5m2:
-      return 1;
+    case collFloat8e5m2: return 1;
     case collFloat16:
-    case collBfloat16:
-      return 2;
+    case collBfloat16: return 2;
     case collInt32:
     case collUint32:
-    case collFloat32:
-      return 4;
+    case collFloat32: return 4;
     case collInt64:
     case collUint64:
-    case collFloat64:
-      return 8;
-    default:
-      return 0;
+    case collFloat64: return 8;
+    default: return 0;
   }
 }
 
@@ -116,7 +111,7 @@ void Schedule::append(const Schedule& part, int32_t sendExtra, int32_t recvExtra
       case BufKind::Recv: return extraAt(recvExtra, r.offset);
       case BufKind::Scratch: r.offset += scratchBase; return r;
       case BufKind::Window: r.offset += windowBase; return r;
-      case BufKind::Extra: break;  // parts are single calls: they name no extra buffers
+      case BufKind::Extra: break;     // parts are single calls: they name no extra buffers
       case BufKind::Residual: break;  // compressed calls are never fused
     }
     return r;

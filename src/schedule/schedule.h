@@ -13,12 +13,12 @@ namespace coll {
 
 // Which memory a step reads or writes. Offsets are in bytes from the start of that memory.
 enum class BufKind : uint8_t {
-  Send,     // the user's send buffer (read only)
-  Recv,     // the user's receive buffer
-  Scratch,  // per-call scratch of Schedule::scratchBytes, owned by the executor
-  Window,   // the host-shared window of local rank `owner` (current half; see HostWindows)
-  Extra,    // user buffer number `owner` of ExecBuffers::extra (grouped point-to-point calls)
-  Residual, // the error-feedback buffer of a compressed call (float32 per element; may be absent)
+  Send,      // the user's send buffer (read only)
+  Recv,      // the user's receive buffer
+  Scratch,   // per-call scratch of Schedule::scratchBytes, owned by the executor
+  Window,    // the host-shared window of local rank `owner` (current half; see HostWindows)
+  Extra,     // user buffer number `owner` of ExecBuffers::extra (grouped point-to-point calls)
+  Residual,  // the error-feedback buffer of a compressed call (float32 per element; may be absent)
 };
 
 struct BufRef {
@@ -59,13 +59,13 @@ enum class DepKind : uint8_t {
 
 struct Dep {
   DepKind kind = DepKind::Step;
-  bool whole = false;    // wait for completion rather than per element
-  int32_t step = -1;     // DepKind::Step: step index
-  int32_t peer = -1;     // PeerStep / PeerCall: global rank of a rank on this host
-  int32_t slot = -1;     // PeerStep: published progress slot
-  uint64_t offset = 0;   // elements: element i of the dependent needs element offset+i done
-  uint64_t count = 0;    // PeerStep: the named step's element count (completion = count)
-  uint32_t lag = 0;      // PeerCall: 1 = the previous call, 2 = the one before
+  bool whole = false;   // wait for completion rather than per element
+  int32_t step = -1;    // DepKind::Step: step index
+  int32_t peer = -1;    // PeerStep / PeerCall: global rank of a rank on this host
+  int32_t slot = -1;    // PeerStep: published progress slot
+  uint64_t offset = 0;  // elements: element i of the dependent needs element offset+i done
+  uint64_t count = 0;   // PeerStep: the named step's element count (completion = count)
+  uint32_t lag = 0;     // PeerCall: 1 = the previous call, 2 = the one before
   // Step, per element, with offset 0: the dependent's first `lead` elements do not need this
   // dependency, and element i >= lead needs element i - lead (a dependency that produces only a
   // later part of the dependent's range; one such dep per part covers a range made in pieces).
@@ -79,20 +79,20 @@ struct Dep {
 
 struct Step {
   StepKind kind = StepKind::Copy;
-  int32_t peer = -1;       // Send / Recv / RecvReduce
-  BufRef src;              // Send, RecvReduce, Copy, Divide
-  BufRef dst;              // Recv, RecvReduce, Copy, Reduce, Divide
-  uint64_t count = 0;      // elements
-  uint32_t srcBegin = 0;   // Reduce: index into Schedule::srcs
-  uint32_t nsrcs = 0;      // Reduce: number of sources
-  uint32_t depBegin = 0;   // index into Schedule::deps
+  int32_t peer = -1;      // Send / Recv / RecvReduce
+  BufRef src;             // Send, RecvReduce, Copy, Divide
+  BufRef dst;             // Recv, RecvReduce, Copy, Reduce, Divide
+  uint64_t count = 0;     // elements
+  uint32_t srcBegin = 0;  // Reduce: index into Schedule::srcs
+  uint32_t nsrcs = 0;     // Reduce: number of sources
+  uint32_t depBegin = 0;  // index into Schedule::deps
   uint32_t ndeps = 0;
   int32_t publishSlot = -1;  // >= 0: progress is published to local peers in this slot
-  uint32_t unitBytes = 0;  // Send / Recv: bytes per counted unit (0 = the schedule dtype's size)
-  uint8_t flags = 0;       // kStep* bits
-  uint64_t elems = 0;      // quantized steps: elements covered
-  uint64_t first = 0;      // Quantize: index of the first element in the whole tensor
-  BufRef aux;              // Quantize: the residual (BufKind::Residual), or kind Send = none
+  uint32_t unitBytes = 0;    // Send / Recv: bytes per counted unit (0 = the schedule dtype's size)
+  uint8_t flags = 0;         // kStep* bits
+  uint64_t elems = 0;        // quantized steps: elements covered
+  uint64_t first = 0;        // Quantize: index of the first element in the whole tensor
+  BufRef aux;                // Quantize: the residual (BufKind::Residual), or kind Send = none
 };
 
 // One rank's steps for one call. Sends to one peer happen in step order, and so do receives
@@ -102,19 +102,19 @@ struct Step {
 struct Schedule {
   std::vector<Step> steps;
   std::vector<Dep> deps;
-  std::vector<BufRef> srcs;   // sources of Reduce steps
-  std::vector<int32_t> peers; // distinct peers of Send/Recv steps (connections to prepare)
+  std::vector<BufRef> srcs;    // sources of Reduce steps
+  std::vector<int32_t> peers;  // distinct peers of Send/Recv steps (connections to prepare)
   uint64_t scratchBytes = 0;
-  uint64_t windowBytes = 0;   // bytes of this rank's window half the schedule uses
-  int32_t publishSlots = 0;   // number of published progress slots used
+  uint64_t windowBytes = 0;  // bytes of this rank's window half the schedule uses
+  int32_t publishSlots = 0;  // number of published progress slots used
   bool usesWindows = false;
   collDataType_t dtype = collFloat32;
-  collRedOp_t op = collSum;   // never collAvg: builders turn it into collSum + Divide steps
-  uint64_t divisor = 1;       // for Divide steps
-  int32_t quantBlock = 0;     // block size of the quantized steps (0 = none)
-  uint64_t sliceBytes = 0;    // executor slice for this plan (the planner's chunk size; 0 = COLL_SLICE_BYTES)
-  const char* algorithm = ""; // name, for logs
-  uint64_t version = 0;       // bumped by clear(): an Execution prepared for an older version re-prepares
+  collRedOp_t op = collSum;    // never collAvg: builders turn it into collSum + Divide steps
+  uint64_t divisor = 1;        // for Divide steps
+  int32_t quantBlock = 0;      // block size of the quantized steps (0 = none)
+  uint64_t sliceBytes = 0;     // executor slice for this plan (the planner's chunk size; 0 = COLL_SLICE_BYTES)
+  const char* algorithm = "";  // name, for logs
+  uint64_t version = 0;        // bumped by clear(): an Execution prepared for an older version re-prepares
 
   void clear();
   // clear() and name the schedule. Reducing builders pass their op and the divisor of collAvg
@@ -150,21 +150,60 @@ inline BufRef scratchAt(uint64_t offset) { return BufRef{BufKind::Scratch, -1, o
 inline BufRef windowAt(int32_t owner, uint64_t offset) { return BufRef{BufKind::Window, owner, offset}; }
 inline BufRef extraAt(int32_t index, uint64_t offset) { return BufRef{BufKind::Extra, index, offset}; }
 
-inline Dep stepDep(int32_t step, uint64_t offset = 0) { Dep d; d.kind = DepKind::Step; d.step = step; d.offset = offset; return d; }
-inline Dep stepDepFrom(int32_t step, uint64_t lead) { Dep d; d.kind = DepKind::Step; d.step = step; d.lead = lead; return d; }
+inline Dep stepDep(int32_t step, uint64_t offset = 0) {
+  Dep d;
+  d.kind = DepKind::Step;
+  d.step = step;
+  d.offset = offset;
+  return d;
+}
+inline Dep stepDepFrom(int32_t step, uint64_t lead) {
+  Dep d;
+  d.kind = DepKind::Step;
+  d.step = step;
+  d.lead = lead;
+  return d;
+}
 // Per element across units: the dependency's `den` elements make `num` of the dependent's.
-inline Dep unitStepDep(int32_t step, uint32_t num, uint32_t den) { Dep d; d.kind = DepKind::Step; d.step = step; d.unitNum = num; d.unitDen = den; return d; }
-inline Dep wholeStepDep(int32_t step) { Dep d; d.kind = DepKind::Step; d.step = step; d.whole = true; return d; }
+inline Dep unitStepDep(int32_t step, uint32_t num, uint32_t den) {
+  Dep d;
+  d.kind = DepKind::Step;
+  d.step = step;
+  d.unitNum = num;
+  d.unitDen = den;
+  return d;
+}
+inline Dep wholeStepDep(int32_t step) {
+  Dep d;
+  d.kind = DepKind::Step;
+  d.step = step;
+  d.whole = true;
+  return d;
+}
 // Dependencies on a local peer through the host windows: per element on its published step
 // (element i needs element offset+i of a `count`-element step), on the whole of it (a marker), or on
 // its completed-call counter `lag` calls back.
 inline Dep peerStepDep(int32_t peer, int32_t slot, uint64_t offset, uint64_t count) {
-  Dep d; d.kind = DepKind::PeerStep; d.peer = peer; d.slot = slot; d.offset = offset; d.count = count; return d;
+  Dep d;
+  d.kind = DepKind::PeerStep;
+  d.peer = peer;
+  d.slot = slot;
+  d.offset = offset;
+  d.count = count;
+  return d;
 }
 inline Dep peerMarkerDep(int32_t peer, int32_t slot, uint64_t count) {
-  Dep d = peerStepDep(peer, slot, 0, count); d.whole = true; return d;
+  Dep d = peerStepDep(peer, slot, 0, count);
+  d.whole = true;
+  return d;
 }
-inline Dep peerCallDep(int32_t peer, uint32_t lag) { Dep d; d.kind = DepKind::PeerCall; d.peer = peer; d.lag = lag; return d; }
+inline Dep peerCallDep(int32_t peer, uint32_t lag) {
+  Dep d;
+  d.kind = DepKind::PeerCall;
+  d.peer = peer;
+  d.lag = lag;
+  return d;
+}
 
 size_t dataTypeSize(collDataType_t dtype);
 

@@ -22,7 +22,7 @@ struct Topology {
   int32_t nmachines = 0;
   std::vector<int32_t> cpusOfMachine;  // online CPUs per machine (0 = unknown)
 
-  int32_t localRank() const;   // index of `rank` in localRanks
+  int32_t localRank() const;  // index of `rank` in localRanks
   int32_t localSize() const { return static_cast<int32_t>(localRanks.size()); }
   bool sameHost(int32_t a, int32_t b) const { return hostOfRank[a] == hostOfRank[b]; }
   bool singleHost() const { return nhosts == 1; }

@@ -4,8 +4,11 @@
 //
 // The ranks are started here, not through collrun: collrun stops the whole job as soon as one rank
 // dies, which is exactly what a fault campaign must not do. tests/fault/campaign is the wrapper.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,9 +18,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -405,8 +405,7 @@ void reapAll(std::vector<RankProc>& ranks) {
   }
 }
 
-Outcome runTrial(int index, int attempt, const TrialPlan& plan, const Options& opt, Tally* tally,
-                 std::string* report) {
+Outcome runTrial(int index, int attempt, const TrialPlan& plan, const Options& opt, Tally* tally, std::string* report) {
   const int np = plan.np;
   const bool netns = plan.transport == "netns";
   std::set<std::string> mappedBefore;
@@ -626,8 +625,9 @@ Outcome runTrial(int index, int attempt, const TrialPlan& plan, const Options& o
         problems.push_back(who + " HANG: no error within " + std::to_string(detectLimitMs + exitGraceMs) + " ms");
       } else {
         ++tally->noError;
-        problems.push_back(who + " NO ERROR: " + (rp.noError ? "never saw one" : "ended without a FAULT_RESULT line (" +
-                                                                                 std::to_string(rp.status) + ")"));
+        problems.push_back(
+            who + " NO ERROR: " +
+            (rp.noError ? "never saw one" : "ended without a FAULT_RESULT line (" + std::to_string(rp.status) + ")"));
       }
       continue;
     }
@@ -653,8 +653,8 @@ Outcome runTrial(int index, int attempt, const TrialPlan& plan, const Options& o
       std::string msg = field(rp.resultLine, "msg");
       if (msg.size() > 300) msg = msg.substr(0, 300) + "...";
       problems.push_back(who + " WRONG NAME: blamed " + joinInts(rp.failed) + " (" +
-                         (rp.byMessage ? "by its message" : "collCommGetFailedRanks") +
-                         ", " + field(rp.resultLine, "code") + " in " + field(rp.resultLine, "op") + "): " + msg);
+                         (rp.byMessage ? "by its message" : "collCommGetFailedRanks") + ", " +
+                         field(rp.resultLine, "code") + " in " + field(rp.resultLine, "op") + "): " + msg);
     }
     if (rp.aborted) tally->slowestAbortMs = std::max(tally->slowestAbortMs, rp.abortMs);
     if (!rp.aborted && stillRunning[r]) {
@@ -732,9 +732,8 @@ int main(int argc, char** argv) {
     gCluster.stop();
     return 77;
   }
-  printf("fault campaign: %d trials, seed %llu, COLL_TIMEOUT=%d s (detection limit %d s), %d-%d ranks\n",
-         opt.trials, static_cast<unsigned long long>(opt.seed), opt.timeoutS, 2 * opt.timeoutS, opt.minRanks,
-         opt.maxRanks);
+  printf("fault campaign: %d trials, seed %llu, COLL_TIMEOUT=%d s (detection limit %d s), %d-%d ranks\n", opt.trials,
+         static_cast<unsigned long long>(opt.seed), opt.timeoutS, 2 * opt.timeoutS, opt.minRanks, opt.maxRanks);
 
   Tally tally;
   const long long campaignStart = monoMs();
@@ -744,7 +743,8 @@ int main(int argc, char** argv) {
     plan.np = opt.minRanks + static_cast<int>(rng() % static_cast<uint64_t>(opt.maxRanks - opt.minRanks + 1));
     // The first trials take every pair once, so even a short campaign covers them all.
     const uint64_t draw = rng();
-    const auto& pick = static_cast<size_t>(t) < pairs.size() ? pairs[static_cast<size_t>(t)] : pairs[draw % pairs.size()];
+    const auto& pick =
+        static_cast<size_t>(t) < pairs.size() ? pairs[static_cast<size_t>(t)] : pairs[draw % pairs.size()];
     plan.transport = pick.first;
     plan.fault = pick.second;
     plan.delayMs = 100 + static_cast<int>(rng() % 1400);
@@ -788,17 +788,19 @@ int main(int argc, char** argv) {
   printf("==== fault campaign summary (seed %llu, COLL_TIMEOUT=%d s, %.1f min) ====\n",
          static_cast<unsigned long long>(opt.seed), opt.timeoutS, minutes);
   printf("trials=%d passed=%d failed=%d\n", tally.trials, tally.passed, tally.failed);
-  printf("hangs=%d survivors_without_error=%d wrong_names=%d late=%d wrong_results=%d slow_aborts=%d "
-         "errors_before_fault=%d setup_failures=%d\n",
-         tally.hangs, tally.noError, tally.wrongName, tally.late, tally.wrongResult, tally.slowAbort,
-         tally.earlyErrors, tally.setupFailures);
+  printf(
+      "hangs=%d survivors_without_error=%d wrong_names=%d late=%d wrong_results=%d slow_aborts=%d "
+      "errors_before_fault=%d setup_failures=%d\n",
+      tally.hangs, tally.noError, tally.wrongName, tally.late, tally.wrongResult, tally.slowAbort, tally.earlyErrors,
+      tally.setupFailures);
   printf("survivors judged by their error message (collCommGetFailedRanks empty or missing): %d\n",
          tally.judgedByMessage);
   printf("slowest_detection_ms=%lld (%s; limit %d) slowest_abort_ms=%lld (limit %d)\n", tally.slowestMs,
          tally.slowestWhat.empty() ? "-" : tally.slowestWhat.c_str(), 2000 * opt.timeoutS, tally.slowestAbortMs,
          1000 * opt.timeoutS);
   std::string by;
-  for (const auto& [k, v] : tally.byFault) by += " " + k + "=" + std::to_string(v.first) + "/" + std::to_string(v.second);
+  for (const auto& [k, v] : tally.byFault)
+    by += " " + k + "=" + std::to_string(v.first) + "/" + std::to_string(v.second);
   by += " |";
   for (const auto& [k, v] : tally.byTransport)
     by += " " + k + "=" + std::to_string(v.first) + "/" + std::to_string(v.second);

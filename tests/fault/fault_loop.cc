@@ -124,9 +124,14 @@ Args parseArgs(int argc, char** argv) {
 class Loop {
  public:
   Loop(collComm_t comm, int rank, int nranks, const Args& args)
-      : comm_(comm), rank_(rank), n_(nranks), args_(args),
-        send_(args.maxCount * static_cast<size_t>(nranks)), recv_(args.maxCount * static_cast<size_t>(nranks)),
-        fsend_(args.maxCount), frecv_(args.maxCount) {}
+      : comm_(comm),
+        rank_(rank),
+        n_(nranks),
+        args_(args),
+        send_(args.maxCount * static_cast<size_t>(nranks)),
+        recv_(args.maxCount * static_cast<size_t>(nranks)),
+        fsend_(args.maxCount),
+        frecv_(args.maxCount) {}
 
   // Runs one iteration: collSuccess and a checked result, or the call's error. A wrong result
   // prints FAULT_WRONG and exits.
@@ -282,10 +287,11 @@ int main(int argc, char** argv) {
         for (int r : v) list += (list.empty() ? "" : ",") + std::to_string(r);
         return list;
       };
-      printf("FAULT_RESULT rank=%d code=%s iter=%llu op=%s count=%zu elapsed_ms=%lld mono_ms=%lld failed=%s "
-             "failed_src=%s msg_ranks=%s msg=\"%s\"\n",
-             rank, resultName(res), static_cast<unsigned long long>(iter), opName(op), count, now - callStart, now,
-             join(failed).c_str(), source, join(ranksInMessage(msg, rank, nranks)).c_str(), msg.c_str());
+      printf(
+          "FAULT_RESULT rank=%d code=%s iter=%llu op=%s count=%zu elapsed_ms=%lld mono_ms=%lld failed=%s "
+          "failed_src=%s msg_ranks=%s msg=\"%s\"\n",
+          rank, resultName(res), static_cast<unsigned long long>(iter), opName(op), count, now - callStart, now,
+          join(failed).c_str(), source, join(ranksInMessage(msg, rank, nranks)).c_str(), msg.c_str());
       fflush(stdout);
       const long long abortStart = monoMs();
       collResult_t ar = collCommAbort(comm);
@@ -294,8 +300,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (iter + 1 == static_cast<uint64_t>(args.readyAfter)) {
-      printf("FAULT_READY rank=%d iter=%llu mono_ms=%lld\n", rank, static_cast<unsigned long long>(iter + 1),
-             monoMs());
+      printf("FAULT_READY rank=%d iter=%llu mono_ms=%lld\n", rank, static_cast<unsigned long long>(iter + 1), monoMs());
       fflush(stdout);
     }
     if (monoMs() - start > static_cast<long long>(args.maxSeconds * 1000)) {

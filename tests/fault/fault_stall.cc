@@ -96,15 +96,18 @@ int main(int argc, char** argv) {
     const std::string name = "rank " + std::to_string(victim);
     bool ok = true;
     if (i < stopAt) ok = false, fprintf(stderr, "FAIL: rank %d: call %d failed before the stall\n", rank, i);
-    if (msg.find(name) == std::string::npos) ok = false, fprintf(stderr, "FAIL: rank %d: error does not name %s\n", rank, name.c_str());
-    if (count < 1 || failed[0] != victim) ok = false, fprintf(stderr, "FAIL: rank %d: failed ranks %d (first %d)\n", rank, count, failed[0]);
-    if (took > 2 * timeoutSec) ok = false, fprintf(stderr, "FAIL: rank %d: took %.2f s > 2 x COLL_TIMEOUT\n", rank, took);
+    if (msg.find(name) == std::string::npos)
+      ok = false, fprintf(stderr, "FAIL: rank %d: error does not name %s\n", rank, name.c_str());
+    if (count < 1 || failed[0] != victim)
+      ok = false, fprintf(stderr, "FAIL: rank %d: failed ranks %d (first %d)\n", rank, count, failed[0]);
+    if (took > 2 * timeoutSec)
+      ok = false, fprintf(stderr, "FAIL: rank %d: took %.2f s > 2 x COLL_TIMEOUT\n", rank, took);
     const auto a0 = std::chrono::steady_clock::now();
     collCommAbort(comm);
     const double abortSec = since(a0);
     if (abortSec > 3) ok = false, fprintf(stderr, "FAIL: rank %d: collCommAbort took %.2f s\n", rank, abortSec);
-    printf("survivor rank %d %s: named %s after %.2f s (abort %.2f s): %s: %s\n", rank, ok ? "ok" : "FAILED", name.c_str(),
-           took, abortSec, collGetErrorString(res), msg.c_str());
+    printf("survivor rank %d %s: named %s after %.2f s (abort %.2f s): %s: %s\n", rank, ok ? "ok" : "FAILED",
+           name.c_str(), took, abortSec, collGetErrorString(res), msg.c_str());
     return ok ? 0 : 1;
   }
   fprintf(stderr, "FAIL: rank %d: never saw an error\n", rank);

@@ -24,10 +24,10 @@ namespace {
 struct Options {
   int np = 6;
   int victim = 3;
-  int killAt = 20;      // the victim dies before its all-reduce number killAt
-  int after = 200;      // all-reduces on the shrunk communicator
-  int limitSec = 60;    // the launcher kills everything after this long
-  int rank = -1;        // >= 0: run as this rank
+  int killAt = 20;    // the victim dies before its all-reduce number killAt
+  int after = 200;    // all-reduces on the shrunk communicator
+  int limitSec = 60;  // the launcher kills everything after this long
+  int rank = -1;      // >= 0: run as this rank
   std::string idHex;
 };
 
@@ -182,9 +182,19 @@ int launch(const Options& o) {
   for (int r = 0; r < o.np; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
-      std::vector<std::string> args = {self,          "--rank",  std::to_string(r), "--np",   std::to_string(o.np),
-                                       "--victim",    std::to_string(o.victim),     "--kill-at", std::to_string(o.killAt),
-                                       "--after",     std::to_string(o.after),      "--id",   hex};
+      std::vector<std::string> args = {self,
+                                       "--rank",
+                                       std::to_string(r),
+                                       "--np",
+                                       std::to_string(o.np),
+                                       "--victim",
+                                       std::to_string(o.victim),
+                                       "--kill-at",
+                                       std::to_string(o.killAt),
+                                       "--after",
+                                       std::to_string(o.after),
+                                       "--id",
+                                       hex};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -216,7 +226,8 @@ int launch(const Options& o) {
   for (int r = 0; r < o.np; ++r) {
     const int st = status[r];
     if (r == o.victim) {
-      if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)) printf("FAIL: the victim rank %d was not SIGKILLed\n", r), ok = false;
+      if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
+        printf("FAIL: the victim rank %d was not SIGKILLed\n", r), ok = false;
     } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
       printf("FAIL: survivor rank %d ended with status %#x\n", r, st);
       ok = false;

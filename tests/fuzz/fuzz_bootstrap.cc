@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const char* bad = coll::parseBootstrapHello(body, bodySize, n, &hello);
       if (bad == nullptr) {
         // What the listener relies on once a hello is accepted.
-        if (hello.type == 1 && (hello.fromRank < 0 || hello.fromRank >= n || hello.length > coll::kBootstrapMaxMessage)) __builtin_trap();
+        if (hello.type == 1 && (hello.fromRank < 0 || hello.fromRank >= n || hello.length > coll::kBootstrapMaxMessage))
+          __builtin_trap();
         if (hello.type == 2 && hello.length != 0) __builtin_trap();
         if (hello.type == 3 && hello.length != static_cast<uint64_t>(n) * coll::kBootstrapEntryBytes) __builtin_trap();
       }
@@ -35,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       coll::BootstrapRegistration reg;
       const uint32_t code = coll::parseBootstrapRegistration(body, bodySize, nonce, n, &reg);
       if (code == 0) {
-        if (reg.nranks < 1 || reg.nranks > coll::kBootstrapMaxRanks || reg.rank < 0 || reg.rank >= reg.nranks) __builtin_trap();
+        if (reg.nranks < 1 || reg.nranks > coll::kBootstrapMaxRanks || reg.rank < 0 || reg.rank >= reg.nranks)
+          __builtin_trap();
         if (n >= 0 && reg.nranks != n) __builtin_trap();
         if (reg.info.cpus < 0 || reg.info.cpus > coll::kBootstrapMaxCpus) __builtin_trap();
         (void)reg.info.address.toString();

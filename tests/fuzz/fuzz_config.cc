@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "src/oob/auth.h"
 #include "src/base/config.h"
+#include "src/oob/auth.h"
 #include "src/oob/env_bootstrap.h"
-#include "src/plan/planner.h"
 #include "src/oob/socket.h"
+#include "src/plan/planner.h"
 #include "src/topo/topology.h"
 #if COLL_HAVE_IBVERBS
 #include "transports/ib/ib_transport.h"
@@ -62,9 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)coll::parseSocketFamily(text, &family);
       break;
     }
-    case 3:
-      (void)coll::parseBytes(text);
-      break;
+    case 3: (void)coll::parseBytes(text); break;
     case 4: {
       std::vector<std::string> hosts;
       if (coll::expandSlurmNodeList(text, &hosts, 4096).ok() && hosts.size() > 4096) __builtin_trap();

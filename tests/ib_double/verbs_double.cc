@@ -66,15 +66,15 @@ struct Frame {
   uint8_t type;
   uint8_t opcode;  // request: ibv_wr_opcode
   uint8_t flags;
-  uint8_t code;    // request: the requester's path MTU (ibv_mtu); NAK: NakCode
+  uint8_t code;  // request: the requester's path MTU (ibv_mtu); NAK: NakCode
   uint32_t dstQpn;
   uint32_t srcQpn;
-  uint32_t psn;    // request: first PSN; ACK: next expected PSN; NAK/drop: the request's PSN
+  uint32_t psn;  // request: first PSN; ACK: next expected PSN; NAK/drop: the request's PSN
   uint32_t npackets;
-  uint32_t rkey;   // hello: the sender's LID
-  uint32_t imm;    // request: immediate (network order, as posted); RNR NAK: delay in microseconds
-  uint64_t raddr;  // hello: the sender's GUID
-  uint64_t length; // request: message bytes; segment: payload bytes; hello: the sender's IPv4
+  uint32_t rkey;    // hello: the sender's LID
+  uint32_t imm;     // request: immediate (network order, as posted); RNR NAK: delay in microseconds
+  uint64_t raddr;   // hello: the sender's GUID
+  uint64_t length;  // request: message bytes; segment: payload bytes; hello: the sender's IPv4
 };
 static_assert(sizeof(Frame) == 48, "frame layout");
 
@@ -99,10 +99,9 @@ microseconds ackTimeout(uint8_t timeout) {
 }
 // The IB spec's RNR NAK timer table (min_rnr_timer), capped at 50 ms for tests.
 microseconds rnrDelay(uint8_t code) {
-  static const uint32_t kUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
-                                   160,    240,   320,   480,   640,   960,    1280,   1920,
-                                   2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
-                                   40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  static const uint32_t kUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+                                   480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
+                                   20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return microseconds(std::min<uint32_t>(kUs[code & 31], 50000));
 }
 
@@ -116,12 +115,30 @@ struct Qp;
 struct Conn;
 
 // The ibv_* structs callers see, each followed by a pointer back to the emulation's object.
-struct CtxBox { ibv_context ctx; Context* impl; };
-struct PdBox { ibv_pd pd; Pd* impl; };
-struct MrBox { ibv_mr mr; Mr* impl; };
-struct CqBox { ibv_cq cq; Cq* impl; };
-struct ChannelBox { ibv_comp_channel channel; Channel* impl; };
-struct QpBox { ibv_qp qp; Qp* impl; };
+struct CtxBox {
+  ibv_context ctx;
+  Context* impl;
+};
+struct PdBox {
+  ibv_pd pd;
+  Pd* impl;
+};
+struct MrBox {
+  ibv_mr mr;
+  Mr* impl;
+};
+struct CqBox {
+  ibv_cq cq;
+  Cq* impl;
+};
+struct ChannelBox {
+  ibv_comp_channel channel;
+  Channel* impl;
+};
+struct QpBox {
+  ibv_qp qp;
+  Qp* impl;
+};
 
 struct Pd {
   Context* ctx = nullptr;
@@ -535,10 +552,8 @@ void completeUpTo(Hca* h, Qp* qp, uint32_t ack) {
     qp->sq.pop_front();
     if (qp->nextTx > 0) qp->nextTx--;
     progress = true;
-    if (wr.signaled)
-      pushCqe(h, qp->sendCq, sendWc(qp, wr, IBV_WC_SUCCESS), takeSlots(qp), 0, false);
-    else
-      qp->unsignaledDone++;
+    if (wr.signaled) pushCqe(h, qp->sendCq, sendWc(qp, wr, IBV_WC_SUCCESS), takeSlots(qp), 0, false);
+    else qp->unsignaledDone++;
   }
   if (progress) {
     qp->retries = 0;
@@ -730,7 +745,8 @@ void startMessage(Conn* c, Qp* qp) {
   c->txSegLeft = 0;
   Frame f = makeFrame(kRequest);
   f.opcode = static_cast<uint8_t>(wr.opcode);
-  f.flags = static_cast<uint8_t>((wr.solicited ? kFlagSolicited : 0) | (wr.forceAccessError ? kFlagForceAccessError : 0));
+  f.flags =
+      static_cast<uint8_t>((wr.solicited ? kFlagSolicited : 0) | (wr.forceAccessError ? kFlagForceAccessError : 0));
   f.code = static_cast<uint8_t>(qp->mtu);
   f.dstQpn = qp->destQpn;
   f.srcQpn = qp->qpn;
@@ -1282,19 +1298,15 @@ void serviceLoop(Hca* h) {
       if (c->fd < 0) continue;
       if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) readConn(h, c);
       if (c->fd >= 0 && (evs[i].events & EPOLLOUT)) {
-        if (c->outgoing)
-          pumpOut(h, c);
-        else
-          flushCtrl(h, c);
+        if (c->outgoing) pumpOut(h, c);
+        else flushCtrl(h, c);
       }
     }
     fireTimers(h);
     for (auto& entry : h->outConns) pumpOut(h, entry.second);
     for (auto it = h->conns.begin(); it != h->conns.end();) {
-      if (it->second->closing)
-        it = h->conns.erase(it);
-      else
-        ++it;
+      if (it->second->closing) it = h->conns.erase(it);
+      else ++it;
     }
   }
 }
@@ -1618,8 +1630,8 @@ int dQueryPort(ibv_context* c, uint8_t port, ibv_port_attr* a) {
   a->lid = h->options.infiniband ? h->lid : 0;
   a->sm_lid = h->options.infiniband ? 1 : 0;
   a->max_vl_num = 1;
-  a->active_width = 2;  // 4x
-  a->active_speed = 32; // EDR
+  a->active_width = 2;                // 4x
+  a->active_speed = 32;               // EDR
   a->phys_state = h->portUp ? 5 : 3;  // LinkUp : Disabled
   a->link_layer = h->options.infiniband ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
   return 0;
@@ -1687,7 +1699,8 @@ int dDeallocPd(ibv_pd* p) {
 constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                              IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING;
 
-ibv_mr* registerRegion(Pd* pd, char* host, uint64_t iova, size_t length, int access, void* mapping, size_t mappingBytes) {
+ibv_mr* registerRegion(Pd* pd, char* host, uint64_t iova, size_t length, int access, void* mapping,
+                       size_t mappingBytes) {
   Hca* h = pd->ctx->hca;
   std::lock_guard<std::mutex> lock(h->mu);
   auto mr = std::make_unique<Mr>();
@@ -1722,7 +1735,8 @@ ibv_mr* registerRegion(Pd* pd, char* host, uint64_t iova, size_t length, int acc
 bool validAccess(int access) {
   if (access & ~(kKnownAccess | IBV_ACCESS_OPTIONAL_RANGE)) return false;
   // Remote write and atomics need local write, as the verbs require.
-  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) return false;
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+    return false;
   return true;
 }
 
@@ -1981,20 +1995,19 @@ bool transitionMasks(ibv_qp_state cur, ibv_qp_state next, int* required, int* op
     case IBV_QPS_RTR:
       if (next == IBV_QPS_RTS) {
         *required = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-        *optional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
-                    IBV_QP_PATH_MIG_STATE;
+        *optional =
+            IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
         return true;
       }
       return false;
     case IBV_QPS_RTS:
       if (next == IBV_QPS_RTS) {
-        *optional = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
-                    IBV_QP_MIN_RNR_TIMER;
+        *optional =
+            IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER;
         return true;
       }
       return false;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -2030,7 +2043,8 @@ int dModifyQp(ibv_qp* q, ibv_qp_attr* attr, int mask) {
   std::lock_guard<std::mutex> lock(h->mu);
   const ibv_qp_state cur = qp->state;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return invalid("cur_qp_state is not the current state", qp);
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
+    return invalid("cur_qp_state is not the current state", qp);
   int required, optional;
   if (!transitionMasks(cur, next, &required, &optional)) return invalid("transition not allowed", qp);
   const int attrs = mask & ~IBV_QP_STATE;
@@ -2039,9 +2053,8 @@ int dModifyQp(ibv_qp* q, ibv_qp_attr* attr, int mask) {
   // Validate everything before changing anything.
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return invalid("no such port", qp);
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return invalid("pkey_index out of range", qp);
-  if ((mask & IBV_QP_ACCESS_FLAGS) &&
-      (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                 IBV_ACCESS_REMOTE_ATOMIC)))
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
     return invalid("unknown access flags", qp);
   if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
     return invalid("path_mtu above the port's active MTU", qp);
@@ -2050,7 +2063,8 @@ int dModifyQp(ibv_qp* q, ibv_qp_attr* attr, int mask) {
   if ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return invalid("retry_cnt above 7", qp);
   if ((mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return invalid("rnr_retry above 7", qp);
   if ((mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31) return invalid("min_rnr_timer above 31", qp);
-  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > kMaxRdAtomic) return invalid("max_rd_atomic too big", qp);
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > kMaxRdAtomic)
+    return invalid("max_rd_atomic too big", qp);
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > kMaxRdAtomic)
     return invalid("max_dest_rd_atomic too big", qp);
   std::string remoteName;
@@ -2198,13 +2212,11 @@ int dPostRecv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   std::lock_guard<std::mutex> lock(h->mu);
   for (; wr; wr = wr->next) {
     int rc = 0;
-    if (qp->state == IBV_QPS_RESET)
-      rc = EINVAL;
+    if (qp->state == IBV_QPS_RESET) rc = EINVAL;
     else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
              (wr->num_sge > 0 && !wr->sg_list))
       rc = EINVAL;
-    else if (qp->rqUsed >= qp->cap.max_recv_wr)
-      rc = ENOMEM;
+    else if (qp->rqUsed >= qp->cap.max_recv_wr) rc = ENOMEM;
     if (rc) {
       if (bad) *bad = wr;
       errno = rc;
@@ -2248,12 +2260,12 @@ int dGetAsyncEvent(ibv_context* c, ibv_async_event* event) {
 void dAckAsyncEvent(ibv_async_event*) {}
 
 const VerbsApi kDouble = {
-    "verbs test double", dGetDeviceList, dFreeDeviceList, dGetDeviceName, dGetDeviceGuid, dOpenDevice,
-    dCloseDevice,        dQueryDevice,   dQueryPort,      dQueryGid,      dQueryGidType,  dAllocPd,
-    dDeallocPd,          dRegMr,         dRegDmabufMr,    dDeregMr,       dCreateCompChannel,
-    dDestroyCompChannel, dCreateCq,      dDestroyCq,      dReqNotifyCq,   dGetCqEvent,    dAckCqEvents,
-    dPollCq,             dCreateQp,      dModifyQp,       dDestroyQp,     dPostSend,      dPostRecv,
-    dGetAsyncEvent,      dAckAsyncEvent,
+    "verbs test double", dGetDeviceList, dFreeDeviceList, dGetDeviceName, dGetDeviceGuid,     dOpenDevice,
+    dCloseDevice,        dQueryDevice,   dQueryPort,      dQueryGid,      dQueryGidType,      dAllocPd,
+    dDeallocPd,          dRegMr,         dRegDmabufMr,    dDeregMr,       dCreateCompChannel, dDestroyCompChannel,
+    dCreateCq,           dDestroyCq,     dReqNotifyCq,    dGetCqEvent,    dAckCqEvents,       dPollCq,
+    dCreateQp,           dModifyQp,      dDestroyQp,      dPostSend,      dPostRecv,          dGetAsyncEvent,
+    dAckAsyncEvent,
 };
 
 void setPortState(Hca* h, bool up) {

@@ -34,13 +34,13 @@ namespace coll::testing {
 const VerbsApi& verbsTestDouble();
 
 struct VerbsDoubleOptions {
-  int devices = 1;           // emulated devices per process ("verbsdouble0", "verbsdouble1", ...)
-  bool portActive = true;    // false: ports report IBV_PORT_DOWN
+  int devices = 1;         // emulated devices per process ("verbsdouble0", "verbsdouble1", ...)
+  bool portActive = true;  // false: ports report IBV_PORT_DOWN
   uint32_t maxInlineData = 220;
-  int maxQpWr = 4096;        // device limits reported by queryDevice and enforced at create
+  int maxQpWr = 4096;  // device limits reported by queryDevice and enforced at create
   int maxCqe = 65536;
-  bool infiniband = false;   // true: ports report the InfiniBand link layer (LID addressing, one
-                             // IB GID); false: Ethernet (RoCE v1/v2 GIDs, GRH required)
+  bool infiniband = false;  // true: ports report the InfiniBand link layer (LID addressing, one
+                            // IB GID); false: Ethernet (RoCE v1/v2 GIDs, GRH required)
 };
 // Applies to devices opened after the call.
 void configureVerbsDouble(const VerbsDoubleOptions& options);
@@ -48,11 +48,11 @@ void configureVerbsDouble(const VerbsDoubleOptions& options);
 // Injected faults, for the error-path tests. Each applies to this process's double from now on.
 enum class VerbsFault {
   None,
-  FailNextSend,        // the next posted send work request completes with IBV_WC_RETRY_EXC_ERR
-  RemoteAccessError,   // the next RDMA write is answered as if outside the target's region
-  PortDown,            // every port of this process goes down: IBV_EVENT_PORT_ERR, QPs to error
-  CutWire,             // this process's devices stop answering (connections cut, none accepted):
-                       // peers and local QPs see a dead link, IBV_WC_RETRY_EXC_ERR after the retry time
+  FailNextSend,       // the next posted send work request completes with IBV_WC_RETRY_EXC_ERR
+  RemoteAccessError,  // the next RDMA write is answered as if outside the target's region
+  PortDown,           // every port of this process goes down: IBV_EVENT_PORT_ERR, QPs to error
+  CutWire,            // this process's devices stop answering (connections cut, none accepted):
+                      // peers and local QPs see a dead link, IBV_WC_RETRY_EXC_ERR after the retry time
 };
 // None clears the pending faults and brings ports and wires back up (IBV_EVENT_PORT_ACTIVE).
 void injectVerbsFault(VerbsFault fault);

@@ -49,8 +49,8 @@ struct Checker {
     for (size_t i = 0; i < 64; ++i) guardOk = guardOk && recv[bytes + i] == 0x5a;
     if (wrong || touched || !guardOk) {
       ++failures;
-      fprintf(stderr, "rank %d: FAIL %s count=%zu %s %s: %zu wrong (%s), send buffer changed in %zu, guard %s\n",
-              rank, inPlace ? "in-place" : "out-of-place", count, typeName(t), opName(op), wrong,
+      fprintf(stderr, "rank %d: FAIL %s count=%zu %s %s: %zu wrong (%s), send buffer changed in %zu, guard %s\n", rank,
+              inPlace ? "in-place" : "out-of-place", count, typeName(t), opName(op), wrong,
               first.empty() ? "-" : first.c_str(), touched, guardOk ? "intact" : "OVERWRITTEN");
     }
     return true;
@@ -67,8 +67,8 @@ struct Checker {
       return false;
     if (hmax != hmin) {
       ++failures;
-      fprintf(stderr, "rank %d: FAIL bit-identity count=%zu %s %s: ranks hold different results (hash %016llx)\n",
-              rank, count, typeName(t), opName(op), static_cast<unsigned long long>(h));
+      fprintf(stderr, "rank %d: FAIL bit-identity count=%zu %s %s: ranks hold different results (hash %016llx)\n", rank,
+              count, typeName(t), opName(op), static_cast<unsigned long long>(h));
     }
     return true;
   }

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <set>
 #include <sstream>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/perf_backend_coll.h"
@@ -26,7 +26,8 @@ constexpr unsigned char kGuardByte = 0x5a;
 struct Buffers {
   std::vector<unsigned char> send, recv;
   size_t bytes = 0;
-  explicit Buffers(size_t extentBytes) : send(extentBytes + kGuard, 0), recv(extentBytes + kGuard, 0), bytes(extentBytes) {
+  explicit Buffers(size_t extentBytes)
+      : send(extentBytes + kGuard, 0), recv(extentBytes + kGuard, 0), bytes(extentBytes) {
     memset(send.data() + bytes, kGuardByte, kGuard);
     memset(recv.data() + bytes, kGuardByte, kGuard);
   }
@@ -137,7 +138,8 @@ struct Battery {
     if (end != collSuccess) return fail(what, collErrorText(end, comm));
     for (const Case& c : group) {
       std::string first;
-      if (size_t wrong = c.check(rank, nranks, &first)) fail(std::string(what) + ": " + c.label(), std::to_string(wrong) + " wrong; first: " + first);
+      if (size_t wrong = c.check(rank, nranks, &first))
+        fail(std::string(what) + ": " + c.label(), std::to_string(wrong) + " wrong; first: " + first);
     }
   }
 };
@@ -186,7 +188,8 @@ int main(int argc, char** argv) {
   b.rank = backend.rank();
   b.nranks = backend.size();
 
-  const std::vector<collDataType_t> quickTypes{collInt8, collUint32, collFloat16, collFloat32, collBfloat16, collFloat8e4m3};
+  const std::vector<collDataType_t> quickTypes{collInt8,    collUint32,   collFloat16,
+                                               collFloat32, collBfloat16, collFloat8e4m3};
   std::vector<collDataType_t> types(std::begin(kAllTypes), std::end(kAllTypes));
   if (quick) types = quickTypes;
   for (PerfColl coll : colls) {

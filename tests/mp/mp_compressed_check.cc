@@ -55,7 +55,9 @@ struct Checker {
     return true;
   }
 
-  bool sumDouble(double v, double* out) { return ok(collAllReduce(&v, out, 1, collFloat64, collSum, comm, nullptr), "sum"); }
+  bool sumDouble(double v, double* out) {
+    return ok(collAllReduce(&v, out, 1, collFloat64, collSum, comm, nullptr), "sum");
+  }
 
   void failCase(const Case& c, const std::string& why) {
     ++failures;
@@ -91,7 +93,8 @@ struct Checker {
 
     CompressCheck check = checkCompressed(recv.data(), c.count, c.type, c.op, nranks, c.spec, seed);
     if (compresses) worstRatio = std::max(worstRatio, check.worstRatio);
-    if (check.wrong) failCase(c, std::to_string(check.wrong) + " elements beyond the tolerance; first: " + check.firstError);
+    if (check.wrong)
+      failCase(c, std::to_string(check.wrong) + " elements beyond the tolerance; first: " + check.firstError);
     for (size_t i = 0; i < kGuard; ++i) {
       if (recv[bytes + i] != 0x5a) {
         failCase(c, "wrote past count (guard byte " + std::to_string(i) + ")");
@@ -127,7 +130,8 @@ struct Checker {
       // The fallback is the plain All-Reduce: the same bits as collAllReduce of the same input.
       std::vector<unsigned char> in(bytes + 1), plain(bytes + 1);
       fillCompressInput(in.data(), c.count, c.type, rank, seed);
-      if (!ok(collAllReduce(in.data(), plain.data(), c.count, c.type, c.op, comm, nullptr), "collAllReduce")) return false;
+      if (!ok(collAllReduce(in.data(), plain.data(), c.count, c.type, c.op, comm, nullptr), "collAllReduce"))
+        return false;
       if (memcmp(plain.data(), recv.data(), bytes) != 0) failCase(c, "the fallback differs from collAllReduce");
     }
     if (compresses && c.type == collFloat32 && c.spec.blockSize >= 64 && c.count >= (1u << 20)) {
@@ -136,7 +140,8 @@ struct Checker {
       if (!sumDouble(static_cast<double>(after.compressedWireBytes - before.compressedWireBytes), &sent)) return false;
       const double fraction = sent / (nranks * ringWireBytes(static_cast<double>(bytes), nranks));
       worstWire = std::max(worstWire, fraction);
-      if (fraction > 0.14) failCase(c, "wire bytes are " + std::to_string(100 * fraction) + "% of a float32 ring's (> 14%)");
+      if (fraction > 0.14)
+        failCase(c, "wire bytes are " + std::to_string(100 * fraction) + "% of a float32 ring's (> 14%)");
     }
     return true;
   }
@@ -157,8 +162,10 @@ struct Checker {
     CompressCheck wrong = checkCompressed(out.data(), count, collFloat32, collSum, nranks, spec, 2);
     if (right.wrong != 0 || wrong.wrong < count / 2) {
       ++failures;
-      fprintf(stderr, "rank %d: FAIL the tolerance check does not discriminate: %zu wrong against the right "
-              "reference, %zu of %zu against another seed's\n", rank, right.wrong, wrong.wrong, count);
+      fprintf(stderr,
+              "rank %d: FAIL the tolerance check does not discriminate: %zu wrong against the right "
+              "reference, %zu of %zu against another seed's\n",
+              rank, right.wrong, wrong.wrong, count);
     }
   }
 };
@@ -237,7 +244,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: FAIL: %d of %d cases wrong\n", c.rank, c.failures, c.cases);
     return 1;
   }
-  printf("rank %d of %d: OK: %d cases passed (wire bytes of large float32 tensors: %.2f%% of a ring's; worst "
-         "error %.2f of the tolerance)\n", c.rank, c.nranks, c.cases, 100 * c.worstWire, c.worstRatio);
+  printf(
+      "rank %d of %d: OK: %d cases passed (wire bytes of large float32 tensors: %.2f%% of a ring's; worst "
+      "error %.2f of the tolerance)\n",
+      c.rank, c.nranks, c.cases, 100 * c.worstWire, c.worstRatio);
   return 0;
 }

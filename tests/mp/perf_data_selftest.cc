@@ -72,7 +72,8 @@ int checkOne(collDataType_t t, collRedOp_t op, int n, size_t count, int order) {
   std::string first;
   size_t wrong = checkResult(out.data(), count, t, op, n, &first);
   if (wrong) {
-    fprintf(stderr, "FAIL %s %s n=%d order=%d: %zu wrong: %s\n", typeName(t), opName(op), n, order, wrong, first.c_str());
+    fprintf(stderr, "FAIL %s %s n=%d order=%d: %zu wrong: %s\n", typeName(t), opName(op), n, order, wrong,
+            first.c_str());
     return 1;
   }
   // A single corrupted element must be found.
@@ -123,10 +124,10 @@ int main() {
       ++failures;
     }
   }
-  if (fp8e4m3ToFloat(0x7e) != 448.0f || floatToFp8e4m3(1000.0f) != 0x7e || fp8e4m3ToFloat(floatToFp8e4m3(17.0f)) != 16.0f ||
-      fp8e4m3ToFloat(floatToFp8e4m3(19.0f)) != 20.0f || fp8e5m2ToFloat(0x7b) != 57344.0f ||
-      fp8e5m2ToFloat(floatToFp8e5m2(9.0f)) != 8.0f || fp8e5m2ToFloat(floatToFp8e5m2(11.0f)) != 12.0f ||
-      floatToFp8e4m3(-0.5f) != 0xb0) {
+  if (fp8e4m3ToFloat(0x7e) != 448.0f || floatToFp8e4m3(1000.0f) != 0x7e ||
+      fp8e4m3ToFloat(floatToFp8e4m3(17.0f)) != 16.0f || fp8e4m3ToFloat(floatToFp8e4m3(19.0f)) != 20.0f ||
+      fp8e5m2ToFloat(0x7b) != 57344.0f || fp8e5m2ToFloat(floatToFp8e5m2(9.0f)) != 8.0f ||
+      fp8e5m2ToFloat(floatToFp8e5m2(11.0f)) != 12.0f || floatToFp8e4m3(-0.5f) != 0xb0) {
     fprintf(stderr, "FAIL float8 rounding\n");
     ++failures;
   }

@@ -92,26 +92,16 @@ void say(const char* fmt, ...) {
 
 const char* resultName(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess:
-      return "ncclSuccess";
-    case ncclUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case ncclSystemError:
-      return "ncclSystemError";
-    case ncclInternalError:
-      return "ncclInternalError";
-    case ncclInvalidArgument:
-      return "ncclInvalidArgument";
-    case ncclInvalidUsage:
-      return "ncclInvalidUsage";
-    case ncclRemoteError:
-      return "ncclRemoteError";
-    case ncclInProgress:
-      return "ncclInProgress";
-    case ncclTimeout:
-      return "ncclTimeout";
-    default:
-      return "unknown ncclResult_t";
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    case ncclTimeout: return "ncclTimeout";
+    default: return "unknown ncclResult_t";
   }
 }
 
@@ -308,14 +298,10 @@ class Net {
   template <class F>
   auto same(F f) const {
     switch (v_) {
-      case 8:
-        return f(v8());
-      case 9:
-        return f(v9());
-      case 10:
-        return f(v10());
-      default:
-        return f(v11());
+      case 8: return f(v8());
+      case 9: return f(v9());
+      case 10: return f(v10());
+      default: return f(v11());
     }
   }
   const ncclNet_v8_t* v8() const { return static_cast<const ncclNet_v8_t*>(t_); }
@@ -334,12 +320,9 @@ class Net {
   // src/plugin/net.cc ncclNetPluginInit, once per NCCL communicator from v11 on (net_v8.cc keeps v8-v10 to once).
   ncclResult_t init(void** ctx, uint64_t commId) const {
     switch (v_) {
-      case 8:
-        return v8()->init(driverLogger);
-      case 9:
-        return v9()->init(driverLogger);
-      case 10:
-        return v10()->init(driverLogger, driverProfiler);
+      case 8: return v8()->init(driverLogger);
+      case 9: return v9()->init(driverLogger);
+      case 10: return v10()->init(driverLogger, driverProfiler);
       default: {
         ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
         return v11()->init(ctx, commId, &config, driverLogger, driverProfiler);
@@ -406,17 +389,14 @@ class Net {
   }
   ncclResult_t connect(void* ctx, int dev, void* handle, void** sc, ncclNetDeviceHandle_v8_t** dh) const {
     switch (v_) {
-      case 8:
-        return v8()->connect(dev, handle, sc, dh);
-      case 9:
-        return v9()->connect(dev, handle, sc, dh);
+      case 8: return v8()->connect(dev, handle, sc, dh);
+      case 9: return v9()->connect(dev, handle, sc, dh);
       case 10: {
         // src/transport/net.cc passes the communicator's traffic class; UNDEF when the user set none.
         ncclNetCommConfig_v10_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
         return v10()->connect(dev, &config, handle, sc, dh);
       }
-      default:
-        return v11()->connect(ctx, dev, handle, sc, dh);
+      default: return v11()->connect(ctx, dev, handle, sc, dh);
     }
   }
   ncclResult_t accept(void* lc, void** rc, ncclNetDeviceHandle_v8_t** dh) const {
@@ -431,14 +411,10 @@ class Net {
   // v8 takes int sizes; a negative or > INT_MAX size reaches the plugin as it would from a broken caller.
   ncclResult_t isend(void* sc, void* data, long long size, int tag, void* mh, void** req) const {
     switch (v_) {
-      case 8:
-        return v8()->isend(sc, data, static_cast<int>(size), tag, mh, req);
-      case 9:
-        return v9()->isend(sc, data, static_cast<size_t>(size), tag, mh, req);
-      case 10:
-        return v10()->isend(sc, data, static_cast<size_t>(size), tag, mh, &gDummyProfilerHandle, req);
-      default:
-        return v11()->isend(sc, data, static_cast<size_t>(size), tag, mh, &gDummyProfilerHandle, req);
+      case 8: return v8()->isend(sc, data, static_cast<int>(size), tag, mh, req);
+      case 9: return v9()->isend(sc, data, static_cast<size_t>(size), tag, mh, req);
+      case 10: return v10()->isend(sc, data, static_cast<size_t>(size), tag, mh, &gDummyProfilerHandle, req);
+      default: return v11()->isend(sc, data, static_cast<size_t>(size), tag, mh, &gDummyProfilerHandle, req);
     }
   }
   ncclResult_t irecv(void* rc, int n, void** data, const size_t* sizes, int* tags, void** mhs, void** req) const {
@@ -452,14 +428,10 @@ class Net {
       ph[i] = &gDummyProfilerHandle;
     }
     switch (v_) {
-      case 8:
-        return v8()->irecv(rc, n, data, si, tags, mhs, req);
-      case 9:
-        return v9()->irecv(rc, n, data, s, tags, mhs, req);
-      case 10:
-        return v10()->irecv(rc, n, data, s, tags, mhs, ph, req);
-      default:
-        return v11()->irecv(rc, n, data, s, tags, mhs, ph, req);
+      case 8: return v8()->irecv(rc, n, data, si, tags, mhs, req);
+      case 9: return v9()->irecv(rc, n, data, s, tags, mhs, req);
+      case 10: return v10()->irecv(rc, n, data, s, tags, mhs, ph, req);
+      default: return v11()->irecv(rc, n, data, s, tags, mhs, ph, req);
     }
   }
   ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) const {
@@ -1087,10 +1059,8 @@ void limitsPhase(const Ctx& c) {
     void* req = kPoison;
     NCHECK(net.irecv(p.rc, 1, &data, &size, &tag, &rmh, &req));
     EXPECT(req != kPoison, "irecv returned without writing *request");
-    if (req)
-      ++recvs;
-    else
-      recvNull = true;
+    if (req) ++recvs;
+    else recvNull = true;
   }
   EXPECT(recvNull, "irecv accepted %d receives on one comm and never answered a NULL request", recvs);
   EXPECT(recvs >= NCCL_NET_MAX_REQUESTS, "irecv answered NULL after only %d receives (NCCL may post %d)", recvs,
@@ -1102,10 +1072,8 @@ void limitsPhase(const Ctx& c) {
     void* req = kPoison;
     NCHECK(net.isend(p.sc, sbuf, static_cast<long long>(bytes), 5, smh, &req));
     EXPECT(req != kPoison, "isend returned without writing *request");
-    if (req)
-      ++sends;
-    else
-      sendNull = true;
+    if (req) ++sends;
+    else sendNull = true;
   }
   EXPECT(sendNull, "isend accepted %d untested sends on one comm and never answered a NULL request", sends);
   EXPECT(sends >= 1, "isend accepted no send although the peer posted %d receives", recvs);
@@ -1440,10 +1408,8 @@ int runBench(const Options& o, const PeerPipe& pipe) {
           ended = true;
         } else if (now >= warm) {
           // The first message after the warm-up opens the window; bytes count from the next one.
-          if (tFirst < 0)
-            tFirst = now;
-          else
-            bytes += static_cast<size_t>(got), ++msgs;
+          if (tFirst < 0) tFirst = now;
+          else bytes += static_cast<size_t>(got), ++msgs;
           tLast = now;
         }
       }
@@ -1472,14 +1438,10 @@ size_t parseSize(const char* s) {
   double v = strtod(s, &end);
   std::string suffix = end ? end : "";
   size_t mult = 1;
-  if (suffix == "K" || suffix == "KiB" || suffix == "k")
-    mult = size_t{1} << 10;
-  else if (suffix == "M" || suffix == "MiB" || suffix == "m")
-    mult = size_t{1} << 20;
-  else if (suffix == "G" || suffix == "GiB" || suffix == "g")
-    mult = size_t{1} << 30;
-  else if (!suffix.empty())
-    return 0;
+  if (suffix == "K" || suffix == "KiB" || suffix == "k") mult = size_t{1} << 10;
+  else if (suffix == "M" || suffix == "MiB" || suffix == "m") mult = size_t{1} << 20;
+  else if (suffix == "G" || suffix == "GiB" || suffix == "g") mult = size_t{1} << 30;
+  else if (!suffix.empty()) return 0;
   return static_cast<size_t>(v * static_cast<double>(mult));
 }
 
@@ -1503,24 +1465,15 @@ bool parse(int argc, char** argv, Options& o) {
     std::string a = argv[i];
     auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
-    if (a == "--plugin" && (v = val()))
-      o.plugin = v;
-    else if (a == "--version" && (v = val()))
-      o.version = atoi(v);
-    else if (a == "--dev" && (v = val()))
-      o.dev = atoi(v);
-    else if (a == "--channels" && (v = val()))
-      o.channels = atoi(v);
-    else if (a == "--groups" && (v = val()))
-      o.groups = atoi(v);
-    else if (a == "--timeout" && (v = val()))
-      o.timeoutSec = atoi(v);
-    else if (a == "--bench" && (v = val()))
-      o.benchBytes = parseSize(v);
-    else if (a == "--inflight" && (v = val()))
-      o.inflight = atoi(v);
-    else if (a == "--seconds" && (v = val()))
-      o.seconds = atof(v);
+    if (a == "--plugin" && (v = val())) o.plugin = v;
+    else if (a == "--version" && (v = val())) o.version = atoi(v);
+    else if (a == "--dev" && (v = val())) o.dev = atoi(v);
+    else if (a == "--channels" && (v = val())) o.channels = atoi(v);
+    else if (a == "--groups" && (v = val())) o.groups = atoi(v);
+    else if (a == "--timeout" && (v = val())) o.timeoutSec = atoi(v);
+    else if (a == "--bench" && (v = val())) o.benchBytes = parseSize(v);
+    else if (a == "--inflight" && (v = val())) o.inflight = atoi(v);
+    else if (a == "--seconds" && (v = val())) o.seconds = atof(v);
     else if (a == "--netns" && (v = val())) {
       std::string s = v;
       size_t comma = s.find(',');
@@ -1529,16 +1482,11 @@ bool parse(int argc, char** argv, Options& o) {
       o.netns[1] = s.substr(comma + 1);
     } else if (a == "--cpus" && (v = val())) {
       if (sscanf(v, "%d,%d", &o.cpus[0], &o.cpus[1]) != 2 || o.cpus[0] < 0 || o.cpus[1] < 0) return false;
-    } else if (a == "--abi")
-      o.abiOnly = true;
-    else if (a == "--skip-unavailable")
-      o.skipUnavailable = true;
-    else if (a == "--no-abuse")
-      o.skipAbuse = true;
-    else if (a == "--verbose")
-      o.verbose = true;
-    else
-      return false;
+    } else if (a == "--abi") o.abiOnly = true;
+    else if (a == "--skip-unavailable") o.skipUnavailable = true;
+    else if (a == "--no-abuse") o.skipAbuse = true;
+    else if (a == "--verbose") o.verbose = true;
+    else return false;
   }
   if (o.version != 0 && (o.version < 8 || o.version > 11)) return false;
   if (o.channels < 1 || o.channels > 16 || o.groups < 1 || o.timeoutSec < 1) return false;

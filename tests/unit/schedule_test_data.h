@@ -8,17 +8,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/kernels/reduce.h"
 #include "src/schedule/coll_args.h"
 #include "src/schedule/schedule.h"
-#include "src/kernels/reduce.h"
 
 namespace coll::testutil {
 
 // Types every reducing collective supports with exact small-integer inputs (float8 has its own
 // kernel tests: its 3-bit mantissa cannot hold these sums exactly).
-inline constexpr collDataType_t kExactReduceTypes[] = {collInt8,    collUint8,   collInt32,   collUint32,
-                                                       collInt64,   collUint64,  collFloat16, collFloat32,
-                                                       collFloat64, collBfloat16};
+inline constexpr collDataType_t kExactReduceTypes[] = {collInt8,   collUint8,   collInt32,   collUint32,  collInt64,
+                                                       collUint64, collFloat16, collFloat32, collFloat64, collBfloat16};
 inline constexpr collRedOp_t kBuiltinOps[] = {collSum, collProd, collMax, collMin, collAvg};
 
 inline bool isUnsigned(collDataType_t t) { return t == collUint8 || t == collUint32 || t == collUint64; }

@@ -44,8 +44,8 @@ struct PumpPost : PostedRecv {
 // each slice to Connection::sendDirect first, from a buffer it scribbles over as soon as the call
 // returns (the transport must not read it later), and counts there the bytes taken.
 inline bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed,
-                       size_t maxSlice, std::string* error, const std::function<void()>& idle = {},
-                       size_t postUnit = 0, PumpPost* post = nullptr, uint64_t* direct = nullptr) {
+                       size_t maxSlice, std::string* error, const std::function<void()>& idle = {}, size_t postUnit = 0,
+                       PumpPost* post = nullptr, uint64_t* direct = nullptr) {
   std::mt19937 rng(rngSeed);
   uint64_t sent = 0, received = 0;
   PumpPost own;

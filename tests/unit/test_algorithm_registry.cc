@@ -26,12 +26,18 @@ TEST(AlgorithmRegistry, EveryDescriptorIsComplete) {
 
 TEST(AlgorithmRegistry, NamedIdsAreRegistryPositions) {
   const std::pair<AlgoId, const char*> named[] = {
-      {AlgoId::Ring, "ring"},         {AlgoId::Direct, "direct"},
-      {AlgoId::Tree, "tree"},         {AlgoId::Bruck, "bruck"},
-      {AlgoId::Pairwise, "pairwise"}, {AlgoId::Linear, "linear"},
-      {AlgoId::Dissemination, "dissemination"}, {AlgoId::RecursiveDoubling, "recdoubling"},
-      {AlgoId::Rabenseifner, "rabenseifner"},   {AlgoId::Torus, "torus"},
-      {AlgoId::Hierarchical, "hier"},           {AlgoId::TwoShot, "twoshot"},
+      {AlgoId::Ring, "ring"},
+      {AlgoId::Direct, "direct"},
+      {AlgoId::Tree, "tree"},
+      {AlgoId::Bruck, "bruck"},
+      {AlgoId::Pairwise, "pairwise"},
+      {AlgoId::Linear, "linear"},
+      {AlgoId::Dissemination, "dissemination"},
+      {AlgoId::RecursiveDoubling, "recdoubling"},
+      {AlgoId::Rabenseifner, "rabenseifner"},
+      {AlgoId::Torus, "torus"},
+      {AlgoId::Hierarchical, "hier"},
+      {AlgoId::TwoShot, "twoshot"},
   };
   for (const auto& [id, name] : named) EXPECT_STREQ(algoName(id), name);
 }
@@ -50,7 +56,8 @@ TEST(AlgorithmRegistry, FitsThePlannersMasksAndCandidates) {
   EXPECT_LE(algoCount(), static_cast<int>(8 * sizeof(AlgoMask)));
   for (int k = 0; k < kCollKindCount; ++k) {
     int serving = 0;
-    for (const AlgorithmDescriptor* d : allAlgorithms()) serving += (d->serves & collBit(static_cast<CollKind>(k))) ? 1 : 0;
+    for (const AlgorithmDescriptor* d : allAlgorithms())
+      serving += (d->serves & collBit(static_cast<CollKind>(k))) ? 1 : 0;
     EXPECT_LE(serving, PlanChoice::kMaxCandidates) << collKindName(static_cast<CollKind>(k));
   }
 }
@@ -60,7 +67,8 @@ TEST(AlgorithmRegistry, CandidatesAreWhatTheDescriptorsServe) {
     const CollKind kind = static_cast<CollKind>(k);
     for (int i = 0; i < algoCount(); ++i) {
       const bool serves = (allAlgorithms()[i]->serves & collBit(kind)) != 0;
-      EXPECT_EQ((candidateAlgos(kind) & algoBit(algoIdAt(i))) != 0, serves) << collKindName(kind) << " " << algoName(algoIdAt(i));
+      EXPECT_EQ((candidateAlgos(kind) & algoBit(algoIdAt(i))) != 0, serves)
+          << collKindName(kind) << " " << algoName(algoIdAt(i));
     }
   }
 }

@@ -201,8 +201,9 @@ TEST(AllReduceSchedules, SkewedRanksRespectWindowReuse) {
         if (!running[r]) {
           if (call[r] + 1 == calls) break;
           ++call[r];
-          Status st = world.execution(r).start(sched[call[r]][r], ExecBuffers{in[call[r]][r].data(),
-                                               out[call[r]][r].data()}, world.links(r), call[r] + 1);
+          Status st =
+              world.execution(r).start(sched[call[r]][r], ExecBuffers{in[call[r]][r].data(), out[call[r]][r].data()},
+                                       world.links(r), call[r] + 1);
           ASSERT_TRUE(st.ok()) << st.message();
           running[r] = true;
           any = true;

@@ -68,7 +68,8 @@ TEST(Api, BadCallArgumentsLeaveBuffersUntouched) {
               collInvalidArgument);
     EXPECT_EQ(collAllReduce(recv.data(), recv.data() + 1, 8, collFloat32, collSum, comm, nullptr), collInvalidArgument);
     int dummyStream = 0;
-    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, collFloat32, collSum, comm, &dummyStream), collInvalidArgument);
+    EXPECT_EQ(collAllReduce(send.data(), recv.data(), 16, collFloat32, collSum, comm, &dummyStream),
+              collInvalidArgument);
     untouched();
     // NULL buffers are fine with count 0.
     EXPECT_EQ(collAllReduce(nullptr, nullptr, 0, collFloat32, collSum, comm, nullptr), collSuccess);

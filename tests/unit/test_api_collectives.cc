@@ -205,7 +205,7 @@ TEST(ApiCollectives, RepeatedCallsReuseAChoiceOnlyForTheSameSignature) {
             ASSERT_EQ(out[i], expect) << "count " << count << " op " << op << " i " << i;
           }
           ASSERT_EQ(out.back(), op == collSum ? value(0, count - 1) + value(1, count - 1) + value(2, count - 1)
-                                               : value(n - 1, count - 1));
+                                              : value(n - 1, count - 1));
         }
         std::vector<double> d(count, rank + 0.5), dout(count, -1);
         ASSERT_EQ(collAllReduce(d.data(), dout.data(), count, collFloat64, collSum, comm, nullptr), collSuccess);
@@ -301,8 +301,7 @@ TEST(ApiCollectives, CollCheckNamesMismatchedRootAndCount) {
   const int n = 3;
   withComms(n, [&](int rank, collComm_t comm) {
     std::vector<int32_t> buf(64, rank), out(64, -1);
-    EXPECT_EQ(collBroadcast(buf.data(), buf.data(), 64, collInt32, rank == 2 ? 1 : 0, comm, nullptr),
-              collInvalidUsage);
+    EXPECT_EQ(collBroadcast(buf.data(), buf.data(), 64, collInt32, rank == 2 ? 1 : 0, comm, nullptr), collInvalidUsage);
     std::string msg = collGetLastError(comm);
     EXPECT_NE(msg.find("root"), std::string::npos) << msg;
     EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;

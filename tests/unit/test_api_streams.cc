@@ -23,8 +23,7 @@ TEST(ApiStreams, ManyOperationsOnTwoStreamsAreCorrectAfterSynchronize) {
     std::vector<std::vector<int32_t>> bufs(ops, std::vector<int32_t>(4096));
     for (int k = 0; k < ops; ++k) {
       for (auto& v : bufs[k]) v = rank + k;
-      ASSERT_EQ(collAllReduce(bufs[k].data(), bufs[k].data(), bufs[k].size(), collInt32, collSum, comm,
-                              k % 2 ? b : a),
+      ASSERT_EQ(collAllReduce(bufs[k].data(), bufs[k].data(), bufs[k].size(), collInt32, collSum, comm, k % 2 ? b : a),
                 collSuccess);
     }
     // The same buffer twice on one stream: the second sees the first's result (stream order).

@@ -30,15 +30,13 @@ collUniqueId startRoot(const Secret* secret) {
 }
 
 // Runs `nranks` Bootstrap::create calls in threads; returns the bootstraps (index = rank).
-std::vector<std::unique_ptr<Bootstrap>> createAll(const collUniqueId& id, int nranks,
-                                                  int timeoutMs = 10000) {
+std::vector<std::unique_ptr<Bootstrap>> createAll(const collUniqueId& id, int nranks, int timeoutMs = 10000) {
   std::vector<std::unique_ptr<Bootstrap>> bs(nranks);
   std::vector<Status> sts(nranks);
   std::vector<std::thread> ts;
   for (int r = 0; r < nranks; ++r) {
-    ts.emplace_back([&, r] {
-      sts[r] = Bootstrap::create(id, r, nranks, 1000 + r % 2, Deadline::afterMs(timeoutMs), &bs[r]);
-    });
+    ts.emplace_back(
+        [&, r] { sts[r] = Bootstrap::create(id, r, nranks, 1000 + r % 2, Deadline::afterMs(timeoutMs), &bs[r]); });
   }
   for (auto& t : ts) t.join();
   for (int r = 0; r < nranks; ++r) EXPECT_TRUE(sts[r].ok()) << "rank " << r << ": " << sts[r].message();
@@ -135,15 +133,24 @@ void exerciseBootstraps(std::vector<std::unique_ptr<Bootstrap>>& bs) {
           if (dest(from, k) != r) continue;
           std::vector<uint8_t> got;
           Status st = bs[r]->recv(from, 7, &got, 1024, Deadline::afterMs(5000));
-          if (!st.ok()) { ++failures, ADD_FAILURE() << st.message(); continue; }
+          if (!st.ok()) {
+            ++failures, ADD_FAILURE() << st.message();
+            continue;
+          }
           EXPECT_EQ(std::string(got.begin(), got.end()), text(from, r, k));
         }
       }
       Socket out, in;
       Status st = bs[r]->connectData((r + 1) % n, 99, &out, Deadline::afterMs(5000));
-      if (!st.ok()) { ++failures, ADD_FAILURE() << st.message(); return; }
+      if (!st.ok()) {
+        ++failures, ADD_FAILURE() << st.message();
+        return;
+      }
       st = bs[r]->acceptData((r + n - 1) % n, 99, &in, Deadline::afterMs(5000));
-      if (!st.ok()) { ++failures, ADD_FAILURE() << st.message(); return; }
+      if (!st.ok()) {
+        ++failures, ADD_FAILURE() << st.message();
+        return;
+      }
       std::vector<uint32_t> payload(4096, static_cast<uint32_t>(r)), got(4096);
       EXPECT_TRUE(out.sendAll(payload.data(), payload.size() * 4, Deadline::afterMs(5000)).ok());
       EXPECT_TRUE(in.recvAll(got.data(), got.size() * 4, Deadline::afterMs(5000)).ok());
@@ -209,8 +216,8 @@ uint32_t rawRegister(const collUniqueId& id, const Secret* secret, int32_t rank,
   memcpy(reg + 8, &rank, 4);
   memcpy(reg + 12, &nranks, 4);
   memcpy(reg + 16, &c.commNonce, 8);
-  reg[24] = 4;          // IPv4
-  reg[26] = 1;          // port 1
+  reg[24] = 4;  // IPv4
+  reg[26] = 1;  // port 1
   reg[32] = 127, reg[35] = 1;
   EXPECT_TRUE(s.sendAll(reg, sizeof(reg), Deadline::afterMs(2000)).ok());
   uint32_t reply = 0xffffffff;
@@ -241,9 +248,9 @@ TEST(Bootstrap, IntrudersAndBogusRegistrationsAreRefused) {
     memset(junk, 'x', sizeof(junk));
     (void)j.sendAll(junk, sizeof(junk), Deadline::afterMs(1000));
   }
-  EXPECT_EQ(rawRegister(id, &secret, 99, n), 1u);   // rank out of range
+  EXPECT_EQ(rawRegister(id, &secret, 99, n), 1u);  // rank out of range
   EXPECT_EQ(rawRegister(id, &secret, -1, n), 1u);
-  EXPECT_EQ(rawRegister(id, &secret, 0, 0), 2u);    // nranks out of range
+  EXPECT_EQ(rawRegister(id, &secret, 0, 0), 2u);  // nranks out of range
 
   auto bs = createAll(id, n);
   for (auto& b : bs) ASSERT_NE(b, nullptr);

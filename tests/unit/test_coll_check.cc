@@ -21,8 +21,9 @@ constexpr size_t kCount = 64;
 
 // Runs `call` on every rank with COLL_CHECK=1 and expects the mismatch error naming `what`, the
 // agreeing ranks, the odd rank and both calls; then checks that an agreeing all-reduce still runs.
-void expectMismatch(const char* what, const std::vector<std::string>& mentions,
-                    const std::function<collResult_t(int, collComm_t, std::vector<int32_t>&, std::vector<int32_t>&)>& call) {
+void expectMismatch(
+    const char* what, const std::vector<std::string>& mentions,
+    const std::function<collResult_t(int, collComm_t, std::vector<int32_t>&, std::vector<int32_t>&)>& call) {
   ScopedEnv check("COLL_CHECK", "1");
   withComms(kRanks, [&](int rank, collComm_t comm) {
     std::vector<int32_t> in(kCount * kRanks, rank + 1), out(kCount * kRanks, -7);

@@ -91,22 +91,21 @@ void build(Algo a, const Topology& topo, const CollArgs& args, Schedule* s, uint
 
 // Elements of each buffer (NCCL's per-collective counts).
 
-const collDataType_t kAllTypes[] = {collInt8,   collUint8,    collInt32,      collUint32,
-                                    collInt64,  collUint64,   collFloat16,    collFloat32,
+const collDataType_t kAllTypes[] = {collInt8,    collUint8,    collInt32,      collUint32,
+                                    collInt64,   collUint64,   collFloat16,    collFloat32,
                                     collFloat64, collBfloat16, collFloat8e4m3, collFloat8e5m2};
+using testutil::dataByte;
 using testutil::expectedValue;
+using testutil::fillByte;
 using testutil::inputValue;
 using testutil::isFloat;
 using testutil::isUnsigned;
-using testutil::storeValue;
-using testutil::dataByte;
-using testutil::fillByte;
 using testutil::kGuard;
 using testutil::recvElems;
 using testutil::sendElems;
+using testutil::storeValue;
 constexpr auto& kReduceTypes = testutil::kExactReduceTypes;
 constexpr auto& kOps = testutil::kBuiltinOps;
-
 
 struct Case {
   Algo algo;
@@ -124,8 +123,7 @@ std::string describe(const Case& c, int p) {
 }
 
 struct Runner {
-  explicit Runner(int32_t nranks, InProcessOptions options = {})
-      : world(nranks, nranks, options), schedules(nranks) {}
+  explicit Runner(int32_t nranks, InProcessOptions options = {}) : world(nranks, nranks, options), schedules(nranks) {}
   InProcessWorld world;
   std::vector<Schedule> schedules;
   uint64_t seq = 0;
@@ -233,15 +231,15 @@ struct Runner {
     }
   }
 
-  static void checkSame(const std::vector<std::byte>& got, const std::vector<std::byte>& want, int r,
-                        const char* what, int64_t recvStart) {
+  static void checkSame(const std::vector<std::byte>& got, const std::vector<std::byte>& want, int r, const char* what,
+                        int64_t recvStart) {
     if (got == want) return;
     size_t i = 0;
     while (got[i] == want[i]) ++i;
-    FAIL() << "rank " << r << ": " << what << " differs at byte " << static_cast<int64_t>(i) - static_cast<int64_t>(kGuard)
-           << " (guards are 16 bytes either side; recv starts at byte "
-           << recvStart - static_cast<int64_t>(kGuard) << "): got " << static_cast<int>(got[i]) << ", want "
-           << static_cast<int>(want[i]);
+    FAIL() << "rank " << r << ": " << what << " differs at byte "
+           << static_cast<int64_t>(i) - static_cast<int64_t>(kGuard)
+           << " (guards are 16 bytes either side; recv starts at byte " << recvStart - static_cast<int64_t>(kGuard)
+           << "): got " << static_cast<int>(got[i]) << ", want " << static_cast<int>(want[i]);
   }
 };
 
@@ -305,9 +303,9 @@ TEST(CollectiveSchedules, ReducingTypesAndOps) {
 }
 
 TEST(CollectiveSchedules, RingAndTreeAtMoreRanks) {
-  const Algo algos[] = {Algo::RingBroadcast,  Algo::TreeBroadcast,  Algo::RingReduce,       Algo::TreeReduce,
-                        Algo::RingAllGather, Algo::BruckAllGather, Algo::RingReduceScatter,
-                        Algo::DirectReduceScatter, Algo::DirectAllGather};
+  const Algo algos[] = {Algo::RingBroadcast,     Algo::TreeBroadcast,       Algo::RingReduce,
+                        Algo::TreeReduce,        Algo::RingAllGather,       Algo::BruckAllGather,
+                        Algo::RingReduceScatter, Algo::DirectReduceScatter, Algo::DirectAllGather};
   for (int32_t p : {16, 64}) {
     Runner runner(p);
     for (Algo a : algos) {
@@ -455,7 +453,8 @@ TEST(CollectiveSchedules, DirectAllGatherRoundsAndWindowReuse) {
         runner.run(Case{Algo::DirectAllGather, count + 3, collInt32, collSum, 0, !inPlace});
         runner.run(Case{Algo::DirectAllGather, count, kAllTypes[n % 12], collSum, 0, inPlace});
         if (n % 3 == 0) runner.run(Case{Algo::RingAllGather, count, collFloat64, collSum, 0, inPlace});
-        if (n % 4 == 1 && count * 4 <= 256) runner.run(Case{Algo::DirectReduceScatter, count, collFloat32, collSum, 0, inPlace});
+        if (n % 4 == 1 && count * 4 <= 256)
+          runner.run(Case{Algo::DirectReduceScatter, count, collFloat32, collSum, 0, inPlace});
         runner.run(Case{Algo::DirectAllGather, count * 2 + 1, collInt8, collSum, 0, inPlace});
         if (testing::Test::HasFatalFailure()) return;
       }
@@ -604,7 +603,9 @@ struct P2pWorld {
   uint64_t seq = 0;
 
   // Message number n from `from` to `to`: its bytes say who sent it and which it is.
-  static uint8_t msgByte(int from, int to, int n, uint64_t b) { return static_cast<uint8_t>(from * 7 + to * 3 + n * 11 + b); }
+  static uint8_t msgByte(int from, int to, int n, uint64_t b) {
+    return static_cast<uint8_t>(from * 7 + to * 3 + n * 11 + b);
+  }
 
   void add(int32_t r, bool send, int32_t peer, uint64_t bytes, int n) {
     ops[r].push_back(P2pOp{send, peer, bytes});
@@ -615,7 +616,11 @@ struct P2pWorld {
     bufs[r].push_back(std::move(buf));
     tags.push_back({r, static_cast<int>(ops[r].size() - 1), n});
   }
-  struct Tag { int32_t rank; int op; int n; };
+  struct Tag {
+    int32_t rank;
+    int op;
+    int n;
+  };
   std::vector<Tag> tags;
 
   void runAndCheck() {
@@ -848,8 +853,8 @@ void checkStructure(int32_t p, Algo algo, uint64_t count) {
   std::sort(recvs.begin(), recvs.end());
   ASSERT_EQ(sends.size(), recvs.size());
   for (size_t i = 0; i < sends.size(); ++i) {
-    ASSERT_EQ(sends[i], recvs[i]) << "stream " << std::get<0>(sends[i]) << "->" << std::get<1>(sends[i])
-                                  << " step " << std::get<2>(sends[i]);
+    ASSERT_EQ(sends[i], recvs[i]) << "stream " << std::get<0>(sends[i]) << "->" << std::get<1>(sends[i]) << " step "
+                                  << std::get<2>(sends[i]);
   }
 }
 
@@ -892,7 +897,8 @@ TEST(CollectiveSchedulesExtended, EveryBuilderAt1024Ranks) {
     ++n;
     const uint64_t count = 1 + n % 3;
     runner.run(Case{a.algo, count, collFloat32, collSum, 1024 / 3, n % 2 == 0});
-    if (reduces(a.kind)) runner.run(Case{a.algo, static_cast<uint64_t>(3 - n % 3), collInt32, collAvg, 1023, n % 2 == 1});
+    if (reduces(a.kind))
+      runner.run(Case{a.algo, static_cast<uint64_t>(3 - n % 3), collInt32, collAvg, 1023, n % 2 == 1});
     if (testing::Test::HasFatalFailure()) return;
   }
   P2pWorld w(1024);

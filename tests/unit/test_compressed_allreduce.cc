@@ -31,9 +31,14 @@ std::vector<float> gradient(int rank, uint64_t count, uint32_t salt = 0) {
 struct CompressedRun {
   CompressedRun(int32_t p, uint64_t count, collDataType_t dtype = collFloat32, collRedOp_t op = collSum,
                 bool feedback = false, int32_t ranksPerHost = 1, size_t ringBytes = 64 * 1024, size_t sliceBytes = 0)
-      : p(p), count(count), dtype(dtype), op(op),
+      : p(p),
+        count(count),
+        dtype(dtype),
+        op(op),
         world(p, ranksPerHost, InProcessOptions{ringBytes, 64 * 1024, 4, sliceBytes}),
-        schedules(static_cast<size_t>(p)), send(static_cast<size_t>(p)), recv(static_cast<size_t>(p)),
+        schedules(static_cast<size_t>(p)),
+        send(static_cast<size_t>(p)),
+        recv(static_cast<size_t>(p)),
         residual(static_cast<size_t>(p)) {
     for (int32_t r = 0; r < p; ++r) {
       CollArgs a;
@@ -187,8 +192,8 @@ TEST(CompressedAllReduce, AvgSixteenBitTypesOddCountsEmptyShardsInPlace) {
     for (uint64_t count : {uint64_t{1}, uint64_t{63}, uint64_t{65}, uint64_t{3 * kBlock + 7}, uint64_t{1000}}) {
       for (collRedOp_t op : {collSum, collAvg}) {
         for (bool inPlace : {false, true}) {
-          SCOPED_TRACE(testing::Message() << "type " << t << " count " << count << " op " << op << " in-place "
-                                          << inPlace);
+          SCOPED_TRACE(testing::Message()
+                       << "type " << t << " count " << count << " op " << op << " in-place " << inPlace);
           CompressedRun run(5, count, t, op);
           for (int32_t r = 0; r < 5; ++r) run.setInput(r, gradient(r, count, 7));
           // Inputs as the run stored them (16-bit types round them), for the reference.
@@ -254,8 +259,8 @@ TEST(CompressedAllReduce, HierarchicalVariantAcrossHostShapes) {
     for (uint64_t count : {uint64_t{5}, uint64_t{kBlock * 3 + 1}, uint64_t{4096}}) {
       for (collRedOp_t op : {collSum, collAvg}) {
         for (bool inPlace : {false, true}) {
-          SCOPED_TRACE(testing::Message() << sh.hosts << "x" << sh.per << " count " << count << " op " << op
-                                          << " in-place " << inPlace);
+          SCOPED_TRACE(testing::Message()
+                       << sh.hosts << "x" << sh.per << " count " << count << " op " << op << " in-place " << inPlace);
           CompressedRun run(p, count, collFloat32, op, /*feedback=*/true, sh.per);
           ASSERT_STREQ(run.schedules[0].algorithm, "compressed(hier)");
           std::vector<std::vector<float>> inputs;

@@ -92,10 +92,10 @@ TEST(Config, EveryKnobIsDocumentedOnce) {
 // Knobs register themselves from the file of the part that reads them: each of these lives in a
 // file that a program may not otherwise reference, so a missing one means the linker dropped it.
 TEST(Config, EveryPartsKnobsAreRegistered) {
-  for (const char* name : {"COLL_DEBUG", "COLL_TIMEOUT", "COLL_COMM_ID", "COLL_HOSTID", "COLL_TRANSPORT",
-                           "COLL_COMPRESS_MIN_BYTES", "COLL_NCCL_NET", "COLL_NSOCKS_PERPEER", "COLL_SHM_FIFO_BYTES",
-                           "COLL_SPIN_COUNT", "COLL_ALGO", "COLL_LINK_PROBE", "COLL_STREAM_LANES", "COLL_CHECK",
-                           "COLL_DUMP_ON_SIGNAL", "RANK", "SLURM_JOB_NODELIST"}) {
+  for (const char* name :
+       {"COLL_DEBUG", "COLL_TIMEOUT", "COLL_COMM_ID", "COLL_HOSTID", "COLL_TRANSPORT", "COLL_COMPRESS_MIN_BYTES",
+        "COLL_NCCL_NET", "COLL_NSOCKS_PERPEER", "COLL_SHM_FIFO_BYTES", "COLL_SPIN_COUNT", "COLL_ALGO",
+        "COLL_LINK_PROBE", "COLL_STREAM_LANES", "COLL_CHECK", "COLL_DUMP_ON_SIGNAL", "RANK", "SLURM_JOB_NODELIST"}) {
     EXPECT_NE(findKnob(name), nullptr) << name;
   }
 #if COLL_HAVE_IBVERBS

@@ -66,7 +66,8 @@ std::vector<float> initialParams(uint32_t seed) {
 }
 
 // Mean softmax cross-entropy over the samples `idx` of d; with grad, its gradient.
-double lossAndGrad(const std::vector<float>& w, const Dataset& d, const std::vector<int>& idx, std::vector<float>* grad) {
+double lossAndGrad(const std::vector<float>& w, const Dataset& d, const std::vector<int>& idx,
+                   std::vector<float>* grad) {
   if (grad) grad->assign(kParams, 0.0f);
   double loss = 0;
   float h[kHidden], logits[kClasses], dlogits[kClasses], dh[kHidden];
@@ -127,8 +128,11 @@ const char* methodName(Method m) {
 class GradientAverager {
  public:
   explicit GradientAverager(Method method)
-      : method_(method), world_(kWorkers, 1, InProcessOptions{64 * 1024, 64 * 1024, 4, 0}),
-        schedules_(kWorkers), recv_(kWorkers, std::vector<float>(kParams)), residual_(kWorkers),
+      : method_(method),
+        world_(kWorkers, 1, InProcessOptions{64 * 1024, 64 * 1024, 4, 0}),
+        schedules_(kWorkers),
+        recv_(kWorkers, std::vector<float>(kParams)),
+        residual_(kWorkers),
         quant_(kWorkers) {
     for (int32_t r = 0; r < kWorkers; ++r) {
       CollArgs a;
@@ -204,8 +208,8 @@ class GradientAverager {
 };
 
 struct TrainResult {
-  double loss = INFINITY;    // final, on all the data
-  double gradError = 0;      // mean over steps of ||avg - exact mean|| / ||exact mean||
+  double loss = INFINITY;  // final, on all the data
+  double gradError = 0;    // mean over steps of ||avg - exact mean|| / ||exact mean||
 };
 
 // Trains from the seed's data and initial weights.

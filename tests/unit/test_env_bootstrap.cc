@@ -11,11 +11,24 @@
 namespace coll {
 namespace {
 
-const char* const kVars[] = {
-    "COLL_RANK", "COLL_WORLD_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-    "COLL_COMM_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-    "SLURM_JOB_ID", "COLL_COMM_SECRET", "COLL_COMM_SECRET_FILE"};
+const char* const kVars[] = {"COLL_RANK",
+                             "COLL_WORLD_SIZE",
+                             "RANK",
+                             "WORLD_SIZE",
+                             "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE",
+                             "PMI_RANK",
+                             "PMI_SIZE",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "COLL_COMM_ID",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "SLURM_STEP_NODELIST",
+                             "SLURM_JOB_NODELIST",
+                             "SLURM_JOB_ID",
+                             "COLL_COMM_SECRET",
+                             "COLL_COMM_SECRET_FILE"};
 
 class EnvTest : public ::testing::Test {
  protected:

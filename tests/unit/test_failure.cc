@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "tests/unit/comm_threads.h"
-#include "src/oob/failure.h"
 #include "src/base/log.h"
+#include "src/oob/failure.h"
+#include "tests/unit/comm_threads.h"
 
 namespace coll {
 namespace {
@@ -105,9 +105,9 @@ TEST(Failure, WireFormatsRejectBadInput) {
   ASSERT_TRUE(decodeFailed(good.data(), good.size(), 4, &m));
   EXPECT_EQ(m.rank, 3);
   EXPECT_EQ(m.reason, "connection closed");
-  EXPECT_FALSE(decodeFailed(good.data(), good.size(), 3, &m));       // rank out of range
-  EXPECT_FALSE(decodeFailed(good.data(), good.size() - 1, 4, &m));   // length mismatch
-  EXPECT_FALSE(decodeFailed(good.data(), 4, 4, &m));                 // truncated
+  EXPECT_FALSE(decodeFailed(good.data(), good.size(), 3, &m));      // rank out of range
+  EXPECT_FALSE(decodeFailed(good.data(), good.size() - 1, 4, &m));  // length mismatch
+  EXPECT_FALSE(decodeFailed(good.data(), 4, 4, &m));                // truncated
   WaitForAnswer a;
   a.running = true, a.seq = 7, a.waitPeer = 2, a.step = 5, a.idleMs = 10;
   uint8_t wire[kWaitForWire];
@@ -203,8 +203,10 @@ TEST(Failure, WaitForCycleIsReportedAsMismatch) {
     // Found here, or by the other rank first and passed on.
     const bool here = msg.find("cycle: " + std::to_string(rank) + " -> " + std::to_string(1 - rank) + " -> " +
                                std::to_string(rank)) != std::string::npos;
-    const bool there = msg.find("rank " + std::to_string(1 - rank) + " found the ranks waiting for each other in a "
-                                "cycle: " + std::to_string(1 - rank) + " -> " + std::to_string(rank)) != std::string::npos;
+    const bool there = msg.find("rank " + std::to_string(1 - rank) +
+                                " found the ranks waiting for each other in a "
+                                "cycle: " +
+                                std::to_string(1 - rank) + " -> " + std::to_string(rank)) != std::string::npos;
     EXPECT_TRUE(here || there) << msg;
     EXPECT_TRUE(failedRanks(comm).empty()) << msg;
     return false;

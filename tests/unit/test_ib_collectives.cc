@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "tests/unit/comm_threads.h"
 #include "tests/ib_double/verbs_double.h"
+#include "tests/unit/comm_threads.h"
 #include "transports/ib/verbs_api.h"
 #include "transports/net.h"
 

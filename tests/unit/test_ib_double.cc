@@ -126,7 +126,9 @@ Endpoint openEndpoint(int device, const EndpointOptions& o = {}) {
   return e;
 }
 
-Remote describe(const Endpoint& e) { return Remote{e.qp->qp_num, e.gid, e.lid, reinterpret_cast<uint64_t>(e.mem.data()), e.mr->rkey}; }
+Remote describe(const Endpoint& e) {
+  return Remote{e.qp->qp_num, e.gid, e.lid, reinterpret_cast<uint64_t>(e.mem.data()), e.mr->rkey};
+}
 
 struct Timing {
   uint8_t timeout = 14;  // emulated: about 1 ms per attempt
@@ -167,9 +169,9 @@ int toRts(Endpoint& e, const Timing& t) {
   a.rnr_retry = t.rnrRetry;
   a.sq_psn = t.sqPsn;
   a.max_rd_atomic = 1;
-  return V.modifyQp(e.qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC);
+  return V.modifyQp(
+      e.qp, &a,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 Timing mirrored(Timing t) {
@@ -843,9 +845,8 @@ TEST_F(IbDouble, ManyWritesArriveInOrder) {
   while (received < kWrites) {
     while (posted < kWrites && posted - done < 200) {
       std::memcpy(a.mem.data() + 64 * (posted % 1024), &posted, sizeof posted);
-      ASSERT_EQ(postWrite(a, 64 * (posted % 1024), 4, describe(b).addr + 4 * (posted % 1024), b.mr->rkey, posted,
-                          posted),
-                0);
+      ASSERT_EQ(
+          postWrite(a, 64 * (posted % 1024), 4, describe(b).addr + 4 * (posted % 1024), b.mr->rkey, posted, posted), 0);
       ++posted;
     }
     ibv_wc wc[32];

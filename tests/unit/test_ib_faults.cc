@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "tests/unit/comm_threads.h"
 #include "tests/ib_double/verbs_double.h"
+#include "tests/unit/comm_threads.h"
 #include "transports/ib/ib_transport.h"
 
 namespace coll {
@@ -216,7 +216,8 @@ TEST(IbFaults, CollectiveFailsCleanlyOnBothRanks) {
         while (warm.load() < 2) std::this_thread::yield();
         if (r == 0) testing::injectVerbsFault(testing::VerbsFault::FailNextSend);
         auto start = std::chrono::steady_clock::now();
-        if (rc == collSuccess) rc = collAllReduce(buf.data(), buf.data(), buf.size(), collFloat32, collSum, comm, nullptr);
+        if (rc == collSuccess)
+          rc = collAllReduce(buf.data(), buf.data(), buf.size(), collFloat32, collSum, comm, nullptr);
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         res[r] = Outcome{rc, std::string(collGetLastError(comm)) + " [" + std::to_string(secs) + " s]"};
         (void)collCommAbort(comm);

@@ -47,8 +47,7 @@ IbOptions smallOptions(int qps, uint64_t ring) {
 
 // Two ranks as threads: each opens the device, rendezvous through a real Bootstrap, connects to
 // the other with its options and runs `body`.
-void withIbPair(const IbOptions options[2], const std::function<void(int, IbConnection*)>& body,
-                Status results[2]) {
+void withIbPair(const IbOptions options[2], const std::function<void(int, IbConnection*)>& body, Status results[2]) {
   SocketAddress bind;
   ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
   Secret secret{};
@@ -81,10 +80,13 @@ void pumpPair(const IbOptions& o, uint64_t total, size_t maxSlice, int* qpsSeen 
   std::string errors[2];
   bool ok[2] = {false, false};
   Status results[2];
-  withIbPair(opts, [&](int r, IbConnection* c) {
-    if (qpsSeen) qpsSeen[r] = c->qps();
-    ok[r] = pumpStream(c, total, 100 + r, 101 - r, r, maxSlice, &errors[r]);
-  }, results);
+  withIbPair(
+      opts,
+      [&](int r, IbConnection* c) {
+        if (qpsSeen) qpsSeen[r] = c->qps();
+        ok[r] = pumpStream(c, total, 100 + r, 101 - r, r, maxSlice, &errors[r]);
+      },
+      results);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
     EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
@@ -125,8 +127,8 @@ TEST(IbHca, ParsesNcclSyntax) {
 
 TEST(IbHca, RejectsMalformedLists) {
   IbHcaFilter f;
-  for (const char* bad : {"^", "=", "mlx5_0,", ",mlx5_0", "mlx5_0:", "mlx5_0:x", "mlx5_0:0", "mlx5_0:999",
-                          ":1", "mlx5_0,^mlx5_1", "mlx5_0,,mlx5_1"}) {
+  for (const char* bad : {"^", "=", "mlx5_0,", ",mlx5_0", "mlx5_0:", "mlx5_0:x", "mlx5_0:0", "mlx5_0:999", ":1",
+                          "mlx5_0,^mlx5_1", "mlx5_0,,mlx5_1"}) {
     Status st = parseIbHcaList(bad, &f);
     EXPECT_EQ(st.code(), collInvalidUsage) << bad;
     EXPECT_NE(st.message().find("COLL_IB_HCA"), std::string::npos) << st.message();
@@ -267,15 +269,18 @@ TEST_F(IbOnDouble, ConnectAndTeardown) {
   const IbOptions opts[2] = {smallOptions(2, 64 << 10), smallOptions(2, 64 << 10)};
   Status results[2];
   for (int round = 0; round < 3; ++round) {
-    withIbPair(opts, [&](int, IbConnection* c) {
-      EXPECT_EQ(c->qps(), 2);
-      EXPECT_EQ(c->ringBytes(), 64u << 10);
-      EXPECT_TRUE(c->sendsFlushed());
-      EXPECT_TRUE(c->recvData().empty());
-      bool progressed = true;
-      EXPECT_TRUE(c->progress(&progressed).ok());
-      EXPECT_TRUE(c->checkHealth().ok());
-    }, results);
+    withIbPair(
+        opts,
+        [&](int, IbConnection* c) {
+          EXPECT_EQ(c->qps(), 2);
+          EXPECT_EQ(c->ringBytes(), 64u << 10);
+          EXPECT_TRUE(c->sendsFlushed());
+          EXPECT_TRUE(c->recvData().empty());
+          bool progressed = true;
+          EXPECT_TRUE(c->progress(&progressed).ok());
+          EXPECT_TRUE(c->checkHealth().ok());
+        },
+        results);
     for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].message();
   }
 }
@@ -326,11 +331,14 @@ TEST_F(IbOnDouble, SidesAgreeOnTheSmallerProposal) {
   uint64_t ring[2] = {0, 0};
   std::string errors[2];
   bool ok[2] = {false, false};
-  withIbPair(opts, [&](int r, IbConnection* c) {
-    qps[r] = c->qps();
-    ring[r] = c->ringBytes();
-    ok[r] = pumpStream(c, 1 << 20, 100 + r, 101 - r, r, 3000, &errors[r]);
-  }, results);
+  withIbPair(
+      opts,
+      [&](int r, IbConnection* c) {
+        qps[r] = c->qps();
+        ring[r] = c->ringBytes();
+        ok[r] = pumpStream(c, 1 << 20, 100 + r, 101 - r, r, 3000, &errors[r]);
+      },
+      results);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(results[r].ok()) << results[r].message();
     EXPECT_EQ(qps[r], 2);
@@ -345,10 +353,13 @@ TEST_F(IbOnDouble, CreditWritesAreBatched) {
   uint64_t credits[2] = {0, 0};
   std::string errors[2];
   bool ok[2] = {false, false};
-  withIbPair(opts, [&](int r, IbConnection* c) {
-    ok[r] = pumpStream(c, 4 << 20, 100 + r, 101 - r, r, 16 << 10, &errors[r]);
-    credits[r] = c->creditWrites();
-  }, results);
+  withIbPair(
+      opts,
+      [&](int r, IbConnection* c) {
+        ok[r] = pumpStream(c, 4 << 20, 100 + r, 101 - r, r, 16 << 10, &errors[r]);
+        credits[r] = c->creditWrites();
+      },
+      results);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(results[r].ok()) << results[r].message();
     EXPECT_TRUE(ok[r]) << errors[r];
@@ -368,9 +379,9 @@ TEST_F(IbOnDouble, MalformedConnectionDataIsRejected) {
     uint32_t value;
     const char* what;
   };
-  const Damage damages[] = {{0, 0xdeadbeef, "magic"},     {4, 99, "version"},     {8, 0, "queue pairs"},
-                            {8, 1000, "queue pairs"},    {12, 40, "ring size"},  {16, 1, "receive depth"},
-                            {20, 9, "MTU"},              {24, 7, "link layer"},  {72, 0, "QP number"}};
+  const Damage damages[] = {{0, 0xdeadbeef, "magic"}, {4, 99, "version"},    {8, 0, "queue pairs"},
+                            {8, 1000, "queue pairs"}, {12, 40, "ring size"}, {16, 1, "receive depth"},
+                            {20, 9, "MTU"},           {24, 7, "link layer"}, {72, 0, "QP number"}};
   for (const Damage& d : damages) {
     SocketAddress bind;
     ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());

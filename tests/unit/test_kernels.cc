@@ -34,9 +34,9 @@ struct TypeInfo {
 };
 
 const TypeInfo kTypes[] = {
-    {collInt8, 1, "int8"},       {collUint8, 1, "uint8"},     {collInt32, 4, "int32"},
-    {collUint32, 4, "uint32"},   {collInt64, 8, "int64"},     {collUint64, 8, "uint64"},
-    {collFloat16, 2, "float16"}, {collFloat32, 4, "float32"}, {collFloat64, 8, "float64"},
+    {collInt8, 1, "int8"},         {collUint8, 1, "uint8"},     {collInt32, 4, "int32"},
+    {collUint32, 4, "uint32"},     {collInt64, 8, "int64"},     {collUint64, 8, "uint64"},
+    {collFloat16, 2, "float16"},   {collFloat32, 4, "float32"}, {collFloat64, 8, "float64"},
     {collBfloat16, 2, "bfloat16"},
 };
 const TypeInfo kFp8Types[] = {{collFloat8e4m3, 1, "float8e4m3"}, {collFloat8e5m2, 1, "float8e5m2"}};
@@ -70,8 +70,8 @@ uint16_t refFloatToHalf(float f) {
   if (a >= 65520.0) return sign | 0x7c00;  // at or past the tie between 65504 and 2^16: infinity
   if (a < 0x1p-14) return sign | static_cast<uint16_t>(std::nearbyint(a * 0x1p24));  // subnormal (or 0x400)
   int ex = 0;
-  std::frexp(a, &ex);  // a = fr * 2^ex, fr in [0.5, 1)
-  const int q = static_cast<int>(std::nearbyint(std::ldexp(a, 11 - ex)));  // in [1024, 2048], ties to even
+  std::frexp(a, &ex);                                                       // a = fr * 2^ex, fr in [0.5, 1)
+  const int q = static_cast<int>(std::nearbyint(std::ldexp(a, 11 - ex)));   // in [1024, 2048], ties to even
   return sign | static_cast<uint16_t>(((ex - 1 + 15) << 10) + (q - 1024));  // q = 2048 carries into the exponent
 }
 #else
@@ -475,9 +475,7 @@ TEST(Kernels, HalfConversionsMatchReference) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("f16c"))) uint16_t hwFloatToHalf(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, 0));
-}
+__attribute__((target("f16c"))) uint16_t hwFloatToHalf(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
 __attribute__((target("f16c"))) float hwHalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
 // The scalar conversions must agree with F16C bit for bit, NaN payloads included, because the
@@ -519,10 +517,10 @@ TEST(Kernels, Bfloat16ConversionsMatchReference) {
     }
     ASSERT_EQ(got, refFloatToBf16(f)) << std::hex << bits;
   }
-  EXPECT_EQ(floatToBfloat16(1.0f + 0x1p-8f), 0x3f80);      // tie to even
-  EXPECT_EQ(floatToBfloat16(1.0f + 3 * 0x1p-8f), 0x3f82);  // tie to even (up)
+  EXPECT_EQ(floatToBfloat16(1.0f + 0x1p-8f), 0x3f80);                     // tie to even
+  EXPECT_EQ(floatToBfloat16(1.0f + 3 * 0x1p-8f), 0x3f82);                 // tie to even (up)
   EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
-  uint32_t snan = 0x7f800001u;  // NaN whose payload sits below the kept bits
+  uint32_t snan = 0x7f800001u;                                            // NaN whose payload sits below the kept bits
   float fs;
   std::memcpy(&fs, &snan, 4);
   EXPECT_GT(floatToBfloat16(fs) & 0x7fff, 0x7f80);
@@ -598,14 +596,17 @@ void checkIntDivide(uint64_t divisor, std::mt19937_64& rng) {
   src[0] = std::numeric_limits<T>::min();
   src[1] = std::numeric_limits<T>::max();
   src[2] = static_cast<T>(std::is_signed_v<T> ? -7 : 7);
-  divide(dst.data(), src.data(), count, [] {
-    if constexpr (std::is_same_v<T, int8_t>) return collInt8;
-    else if constexpr (std::is_same_v<T, uint8_t>) return collUint8;
-    else if constexpr (std::is_same_v<T, int32_t>) return collInt32;
-    else if constexpr (std::is_same_v<T, uint32_t>) return collUint32;
-    else if constexpr (std::is_same_v<T, int64_t>) return collInt64;
-    else return collUint64;
-  }(), divisor);
+  divide(
+      dst.data(), src.data(), count,
+      [] {
+        if constexpr (std::is_same_v<T, int8_t>) return collInt8;
+        else if constexpr (std::is_same_v<T, uint8_t>) return collUint8;
+        else if constexpr (std::is_same_v<T, int32_t>) return collInt32;
+        else if constexpr (std::is_same_v<T, uint32_t>) return collUint32;
+        else if constexpr (std::is_same_v<T, int64_t>) return collInt64;
+        else return collUint64;
+      }(),
+      divisor);
   for (size_t i = 0; i < count; ++i) {
     const __int128 want = static_cast<__int128>(src[i]) / static_cast<__int128>(divisor);  // truncates
     ASSERT_EQ(static_cast<__int128>(dst[i]), want) << i << " divisor " << divisor;
@@ -683,8 +684,8 @@ TEST(Kernels, Float32SumCloseToFloat64Reference) {
 // by searching the sorted table of finite magnitudes, in double.
 struct Fp8Ref {
   bool e4m3;
-  double mag[128];   // value of each sign-less code (NaN / inf where the format says so)
-  uint8_t maxCode;   // largest finite sign-less code
+  double mag[128];  // value of each sign-less code (NaN / inf where the format says so)
+  uint8_t maxCode;  // largest finite sign-less code
   const char* name;
 
   explicit Fp8Ref(bool isE4m3) : e4m3(isE4m3), maxCode(isE4m3 ? 0x7e : 0x7b), name(isE4m3 ? "e4m3" : "e5m2") {
@@ -694,8 +695,8 @@ struct Fp8Ref {
     const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
     const int e = c >> mbits, m = c & ((1 << mbits) - 1), emax = e4m3 ? 15 : 31;
     if (e4m3 && e == emax && m == 7) return std::numeric_limits<double>::quiet_NaN();
-    if (!e4m3 && e == emax) return m == 0 ? std::numeric_limits<double>::infinity()
-                                          : std::numeric_limits<double>::quiet_NaN();
+    if (!e4m3 && e == emax)
+      return m == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
     if (e == 0) return std::ldexp(m, 1 - bias - mbits);
     return std::ldexp((1 << mbits) + m, e - bias - mbits);
   }
@@ -706,7 +707,7 @@ struct Fp8Ref {
     const uint8_t sign = std::signbit(x) ? 0x80 : 0;
     if (std::isnan(x)) return sign | (e4m3 ? 0x7f : 0x7e);
     const double a = std::fabs(x);
-    if (e4m3 && a >= 448.0) return sign | 0x7e;    // satfinite
+    if (e4m3 && a >= 448.0) return sign | 0x7e;     // satfinite
     if (!e4m3 && a >= 61440.0) return sign | 0x7c;  // IEEE overflow
     int lo = 0;
     while (lo < maxCode && mag[lo + 1] <= a) ++lo;
@@ -794,12 +795,13 @@ TEST(Kernels, Fp8RoundingMatchesReference) {
       for (double sgn : {1.0, -1.0}) {
         const float lo = static_cast<float>(sgn * ref.mag[c]), hi = static_cast<float>(sgn * ref.mag[c + 1]);
         const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
-        for (float f : {lo, hi, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, static_cast<float>(sgn) * 1e30f)}) ASSERT_TRUE(check(f));
+        for (float f : {lo, hi, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, static_cast<float>(sgn) * 1e30f)})
+          ASSERT_TRUE(check(f));
       }
     }
-    for (float f : {448.0f, 464.0f, 480.0f, 57344.0f, 61439.996f, 61440.0f, 65536.0f, 1e30f,
-                    std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
-                    std::numeric_limits<float>::denorm_min(), 0.0f}) {
+    for (float f :
+         {448.0f, 464.0f, 480.0f, 57344.0f, 61439.996f, 61440.0f, 65536.0f, 1e30f, std::numeric_limits<float>::max(),
+          std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(), 0.0f}) {
       ASSERT_TRUE(check(f));
       ASSERT_TRUE(check(-f));
     }
@@ -863,7 +865,8 @@ void fillFp8(std::vector<uint8_t>& buf, size_t count, std::mt19937_64& rng, bool
   buf.resize(count);
   // anyCode: all 256 codes (NaN, inf, subnormals, extremes). Otherwise codes of moderate
   // magnitude, where sums and products stay in range and float32 is mostly exact.
-  for (auto& b : buf) b = anyCode ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>((rng() & 0x80) | (0x20 + rng() % 0x30));
+  for (auto& b : buf)
+    b = anyCode ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>((rng() & 0x80) | (0x20 + rng() % 0x30));
 }
 
 TEST(Kernels, Fp8ReduceMatchesFloat64ReferenceRoundedOnce) {
@@ -1076,9 +1079,11 @@ TEST(Kernels, ScaleEveryType) {
           const uint16_t wb = refFloatToBf16(refBf16ToFloat(b[i]) * sf);
           const uint8_t w4 = r4.encode(static_cast<float>(r4.decode(e4[i])) * sf);
           const uint8_t w5 = r5.encode(static_cast<float>(r5.decode(e5[i])) * sf);
-          ASSERT_TRUE(sameElements(th, reinterpret_cast<const uint8_t*>(&ho[i]), reinterpret_cast<const uint8_t*>(&wh), 1, true))
+          ASSERT_TRUE(sameElements(th, reinterpret_cast<const uint8_t*>(&ho[i]), reinterpret_cast<const uint8_t*>(&wh),
+                                   1, true))
               << "scalar " << s << " level " << simdLevel();
-          ASSERT_TRUE(sameElements(tb, reinterpret_cast<const uint8_t*>(&bo[i]), reinterpret_cast<const uint8_t*>(&wb), 1, true))
+          ASSERT_TRUE(sameElements(tb, reinterpret_cast<const uint8_t*>(&bo[i]), reinterpret_cast<const uint8_t*>(&wb),
+                                   1, true))
               << "scalar " << s << " level " << simdLevel();
           ASSERT_TRUE(sameElements(t4, &e4o[i], &w4, 1, true)) << "scalar " << s;
           ASSERT_TRUE(sameElements(t5, &e5o[i], &w5, 1, true)) << "scalar " << s;

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "src/plan/planner.h"
-#include "src/oob/wire.h"
 #include "src/exec/executor.h"
+#include "src/oob/wire.h"
+#include "src/plan/planner.h"
 #include "src/topo/topology.h"
 
 namespace coll {
@@ -180,8 +180,8 @@ TEST(PlannerContention, ATinyRingCountsOnlyItsSenders) {
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 16), 14 * (0.5 * ai + 0.5 * 2 * ae), 1e-12);
   EXPECT_NEAR(predict(busy.in, AlgoId::Ring, 2), 14 * (0.5 * ai + 0.5 * ae), 1e-12);
   // Unknown element count: every rank counted busy.
-  EXPECT_NEAR(predictAlgo(busy.in, CollKind::AllReduce, AlgoId::Ring, 8, 0).seconds,
-              predict(busy.in, AlgoId::Ring, 16), 1e-12);
+  EXPECT_NEAR(predictAlgo(busy.in, CollKind::AllReduce, AlgoId::Ring, 8, 0).seconds, predict(busy.in, AlgoId::Ring, 16),
+              1e-12);
 }
 
 TEST(PlannerContention, HierarchicalCountsOnlyTheRanksHoldingAShard) {
@@ -269,7 +269,8 @@ TEST(PlannerContention, ThirtyTwoKiBOnAnOversubscribedFourByTwoClusterTakeHierar
   // Rabenseifner 456-469, with recursive doubling 554-560, the flat ring 483-509. On runs that
   // probed 11-26 us hierarchical (Rabenseifner across hosts) ran 450 us and the flat ring 512-547.
   // Both sets of links take hierarchical's ring.
-  for (const LinkCost inter : {LinkCost{34.34e-6, 1 / 0.120e9}, LinkCost{10.8e-6, 1 / 0.119e9}, LinkCost{25.6e-6, 1 / 0.120e9}}) {
+  for (const LinkCost inter :
+       {LinkCost{34.34e-6, 1 / 0.120e9}, LinkCost{10.8e-6, 1 / 0.119e9}, LinkCost{25.6e-6, 1 / 0.120e9}}) {
     Inputs busy(emulated(4, 2, 2));
     busy.in.intraHost = {0.39e-6, 1 / 10.94e9};
     busy.in.interHost = inter;

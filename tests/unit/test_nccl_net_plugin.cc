@@ -64,8 +64,8 @@ void establish(Connect connect, Accept accept, void** sendComm, void** recvComm)
 
 TEST(NcclNetPlugin, ExportsEveryVersion) {
   ASSERT_NE(plugin(), nullptr) << dlerror();
-  for (const char* s : {COLL_NCCL_NET_SYMBOL_V8, COLL_NCCL_NET_SYMBOL_V9, COLL_NCCL_NET_SYMBOL_V10,
-                        COLL_NCCL_NET_SYMBOL_V11}) {
+  for (const char* s :
+       {COLL_NCCL_NET_SYMBOL_V8, COLL_NCCL_NET_SYMBOL_V9, COLL_NCCL_NET_SYMBOL_V10, COLL_NCCL_NET_SYMBOL_V11}) {
     EXPECT_NE(dlsym(plugin(), s), nullptr) << s;
   }
   EXPECT_EQ(dlsym(plugin(), "collCommInitRank"), nullptr);  // our library stays hidden inside

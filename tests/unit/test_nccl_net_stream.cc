@@ -75,7 +75,7 @@ TEST(NcclNetStream, OddSizesStraddleTheRingEnd) {
     ASSERT_TRUE(l.receiver.postRecv(1, data, size, tag, &r).ok());
     EXPECT_EQ(waitFor(l, l.receiver, r, 1)[0], n);
     EXPECT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin())) << n;  // n = 0: src.data() is null
-    EXPECT_EQ(dst[n], 0xee);  // nothing past the message is written
+    EXPECT_EQ(dst[n], 0xee);                                                  // nothing past the message is written
     waitFor(l, l.sender, s, 1);
   }
 }

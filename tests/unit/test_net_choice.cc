@@ -77,8 +77,7 @@ TEST(NetChoice, ForcedTransportsAreCheckedAtCreation) {
     ScopedEnv transport("COLL_TRANSPORT", "tcp");
     for (const auto& [res, msg] : initAll(2, [](int r, collComm_t comm) {
            std::vector<float> v(1000, static_cast<float>(r + 1));
-           EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr),
-                     collSuccess);
+           EXPECT_EQ(collAllReduce(v.data(), v.data(), v.size(), collFloat32, collSum, comm, nullptr), collSuccess);
            EXPECT_EQ(v[999], 3.0f);
          })) {
       EXPECT_EQ(res, collSuccess) << msg;

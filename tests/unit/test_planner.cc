@@ -25,8 +25,8 @@ struct Links {
 };
 const Links kLinkSets[] = {
     {"defaults", kDefaultIntraLink, kDefaultInterLink, kDefaultGamma},
-    {"1gbit", {2e-6, 1 / 4e9}, {40e-6, 1 / 0.125e9}, 1 / 8e9},      // emulated cluster: tbf 1 Gbit/s
-    {"fabric", {1e-6, 1 / 200e9}, {5e-6, 1 / 50e9}, 1 / 100e9},     // NVLink-ish inside, 400G across
+    {"1gbit", {2e-6, 1 / 4e9}, {40e-6, 1 / 0.125e9}, 1 / 8e9},        // emulated cluster: tbf 1 Gbit/s
+    {"fabric", {1e-6, 1 / 200e9}, {5e-6, 1 / 50e9}, 1 / 100e9},       // NVLink-ish inside, 400G across
     {"oversubscribed", {20e-6, 1 / 2e9}, {60e-6, 1 / 1e9}, 1 / 4e9},  // 8 ranks on 2 cores
 };
 
@@ -72,9 +72,9 @@ CollArgs call(CollKind kind, uint64_t count, collDataType_t dtype = collFloat32)
 }
 CollArgs floats(uint64_t count) { return call(CollKind::AllReduce, count); }
 
-const CollKind kKinds[] = {CollKind::AllReduce, CollKind::Broadcast, CollKind::Reduce, CollKind::AllGather,
-                           CollKind::ReduceScatter, CollKind::AlltoAll, CollKind::Gather, CollKind::Scatter,
-                           CollKind::Barrier};
+const CollKind kKinds[] = {CollKind::AllReduce, CollKind::Broadcast,     CollKind::Reduce,
+                           CollKind::AllGather, CollKind::ReduceScatter, CollKind::AlltoAll,
+                           CollKind::Gather,    CollKind::Scatter,       CollKind::Barrier};
 
 // The model's best over every applicable, allowed candidate, computed here independently of
 // planCollective's loop.
@@ -100,32 +100,32 @@ TEST(Planner, ChoiceIsTheModelsArgminOverAGrid) {
       Fixture f(p, oneHost ? p : perHost, oneHost);
       // One NIC shared by a host's ranks, and one per rank.
       for (int32_t nics : {1, 0}) {
-      f.nics(nics);
-      for (const Links& l : kLinkSets) {
-        f.links(l);
-        for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 8) {
-          for (CollKind kind : kKinds) {
-            // Per-rank counts (all-gather, reduce-scatter) stay at most 1 GiB in all.
-            uint64_t count = bytes / 4;
-            if (kind == CollKind::AllGather || kind == CollKind::ReduceScatter || kind == CollKind::AlltoAll) {
-              count = std::max<uint64_t>(1, count / static_cast<uint64_t>(p));
+        f.nics(nics);
+        for (const Links& l : kLinkSets) {
+          f.links(l);
+          for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 8) {
+            for (CollKind kind : kKinds) {
+              // Per-rank counts (all-gather, reduce-scatter) stay at most 1 GiB in all.
+              uint64_t count = bytes / 4;
+              if (kind == CollKind::AllGather || kind == CollKind::ReduceScatter || kind == CollKind::AlltoAll) {
+                count = std::max<uint64_t>(1, count / static_cast<uint64_t>(p));
+              }
+              PlanChoice c;
+              ASSERT_TRUE(planCollective(f.in, call(kind, count), &c).ok());
+              AlgoId best = AlgoId::Ring;
+              const double t = bestModelled(f.in, kind, count * 4, count, &best);
+              ASSERT_GE(t, 0);
+              EXPECT_DOUBLE_EQ(c.predictedSeconds, t)
+                  << collKindName(kind) << " p=" << p << " perHost=" << perHost << " " << l.name << " bytes=" << bytes
+                  << " chose " << algoName(c.algo) << ", model's best " << algoName(best);
+              EXPECT_TRUE(algoApplicable(f.in, kind, c.algo));
+              // The chosen candidate's own prediction is the one reported.
+              EXPECT_DOUBLE_EQ(predictAlgo(f.in, kind, c.algo, count * 4, count).seconds, c.predictedSeconds);
+              EXPECT_TRUE(std::isfinite(c.predictedSeconds));
+              ++checked;
             }
-            PlanChoice c;
-            ASSERT_TRUE(planCollective(f.in, call(kind, count), &c).ok());
-            AlgoId best = AlgoId::Ring;
-            const double t = bestModelled(f.in, kind, count * 4, count, &best);
-            ASSERT_GE(t, 0);
-            EXPECT_DOUBLE_EQ(c.predictedSeconds, t)
-                << collKindName(kind) << " p=" << p << " perHost=" << perHost << " " << l.name << " bytes=" << bytes
-                << " chose " << algoName(c.algo) << ", model's best " << algoName(best);
-            EXPECT_TRUE(algoApplicable(f.in, kind, c.algo));
-            // The chosen candidate's own prediction is the one reported.
-            EXPECT_DOUBLE_EQ(predictAlgo(f.in, kind, c.algo, count * 4, count).seconds, c.predictedSeconds);
-            EXPECT_TRUE(std::isfinite(c.predictedSeconds));
-            ++checked;
           }
         }
-      }
       }
     }
   }
@@ -201,8 +201,9 @@ TEST(Planner, ImplementationFactorsCanBeTurnedOff) {
   const double latency = predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 0).seconds;
   EXPECT_GT(latency, 0);
   EXPECT_DOUBLE_EQ(latencyWith, latency);
-  EXPECT_DOUBLE_EQ(latency + 1.5 * (predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds - latency),
-                   withFactors);
+  EXPECT_DOUBLE_EQ(
+      latency + 1.5 * (predictAlgo(f.in, CollKind::AllReduce, AlgoId::Rabenseifner, 16 << 20).seconds - latency),
+      withFactors);
   // Hierarchical's (1.1) scales the whole call.
   EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Hierarchical, 16 << 20).seconds * 1.1, hierWith);
   EXPECT_DOUBLE_EQ(predictAlgo(f.in, CollKind::AllReduce, AlgoId::Ring, 16 << 20).seconds, ringWith);
@@ -362,12 +363,13 @@ TEST(PlannerAlgoFilter, EverySyntaxForm) {
             candidateAlgos(CollKind::AllReduce) & ~mask({AlgoId::Ring, AlgoId::Direct}));
   EXPECT_EQ(allowedFor("allreduce:^ring,direct", CollKind::Reduce), candidateAlgos(CollKind::Reduce));
   // Case, spaces, empty sections; a later section replaces an earlier one.
-  EXPECT_EQ(allowedFor(" AllReduce : TREE , Hier ;; ", CollKind::AllReduce), mask({AlgoId::Tree, AlgoId::Hierarchical}));
+  EXPECT_EQ(allowedFor(" AllReduce : TREE , Hier ;; ", CollKind::AllReduce),
+            mask({AlgoId::Tree, AlgoId::Hierarchical}));
   EXPECT_EQ(allowedFor("allreduce:ring;allreduce:torus", CollKind::AllReduce), mask({AlgoId::Torus}));
   EXPECT_EQ(allowedFor("ring;broadcast:tree", CollKind::Broadcast), mask({AlgoId::Tree}));
   // Every collective name, in any case.
-  for (const char* name : {"allreduce", "BROADCAST", "reduce", "allgather", "reducescatter", "AlltoAll", "gather",
-                           "scatter", "barrier"}) {
+  for (const char* name :
+       {"allreduce", "BROADCAST", "reduce", "allgather", "reducescatter", "AlltoAll", "gather", "scatter", "barrier"}) {
     AlgoMask allowed[kCollKindCount];
     EXPECT_TRUE(parseAlgoFilter(std::string(name) + ":^tree", allowed).code() == collSuccess ||
                 std::string(name) != "reduce")
@@ -377,8 +379,8 @@ TEST(PlannerAlgoFilter, EverySyntaxForm) {
 
 TEST(PlannerAlgoFilter, UnknownNamesAreErrorsNamingTheKnob) {
   AlgoMask allowed[kCollKindCount];
-  for (const char* bad : {"foo", "allreduce:foo", "allreduc:ring", "allreduce:bruck", "ring,nvls", "send:ring",
-                          "allreduce:", "^"}) {
+  for (const char* bad :
+       {"foo", "allreduce:foo", "allreduc:ring", "allreduce:bruck", "ring,nvls", "send:ring", "allreduce:", "^"}) {
     Status s = parseAlgoFilter(bad, allowed);
     EXPECT_EQ(s.code(), collInvalidUsage) << bad;
     EXPECT_NE(s.message().find("COLL_ALGO"), std::string::npos) << s.message();
@@ -400,13 +402,13 @@ TEST(PlannerAlgoFilter, FiltersThatLeaveNothingAreErrorsAtInit) {
     const char* expect;  // in the message
   };
   const Case cases[] = {
-      {4, 2, true, "direct", "allreduce"},            // direct across hosts
-      {4, 4, false, "allreduce:direct", "windows"},   // no shared windows
+      {4, 2, true, "direct", "allreduce"},           // direct across hosts
+      {4, 4, false, "allreduce:direct", "windows"},  // no shared windows
       {8, 8, true, "allreduce:hier", "more than one host"},
-      {8, 8, true, "^ring,direct", "reducescatter"},   // one host: reduce-scatter has only ring and direct
+      {8, 8, true, "^ring,direct", "reducescatter"},     // one host: reduce-scatter has only ring and direct
       {8, 4, true, "reducescatter:direct", "one host"},  // direct reduce-scatter across hosts
       {8, 4, true, "alltoall:^pairwise", "alltoall"},
-      {7, 7, true, "allreduce:torus", "torus"},        // prime: no grid
+      {7, 7, true, "allreduce:torus", "torus"},  // prime: no grid
   };
   for (const Case& k : cases) {
     Fixture f(k.nranks, k.perHost, k.windows, k.algo);

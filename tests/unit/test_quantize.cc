@@ -167,9 +167,11 @@ TEST(Quantize, PhiloxKnownAnswers) {
     uint32_t ctr[4], key[2], out[4];
   } kats[] = {
       {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
        {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {
@@ -708,9 +710,12 @@ TEST(Quantize, CudaKernelsEmulatedBitIdenticalToCpu) {
           std::vector<uint8_t> qCpu(quantizedBytes(n, b)), qGpu(qCpu.size(), 0xCD);
           std::vector<float> resCpu = res0, resGpu = res0;
           quantize4(qCpu.data(), in.data(), t, n, p, first, withRes ? resCpu.data() : nullptr);
-          if (t == collFloat16) emulateQuantize<collFloat16>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
-          if (t == collBfloat16) emulateQuantize<collBfloat16>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
-          if (t == collFloat32) emulateQuantize<collFloat32>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
+          if (t == collFloat16)
+            emulateQuantize<collFloat16>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
+          if (t == collBfloat16)
+            emulateQuantize<collBfloat16>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
+          if (t == collFloat32)
+            emulateQuantize<collFloat32>(qGpu, in.data(), n, p, first, withRes ? resGpu.data() : nullptr, vec);
           const std::string what = "n=" + std::to_string(n) + " B=" + std::to_string(b) + " type=" + std::to_string(t) +
                                    " mode=" + std::to_string(mode);
           ASSERT_EQ(qGpu, qCpu) << what;

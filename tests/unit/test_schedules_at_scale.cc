@@ -20,7 +20,18 @@ namespace {
 
 // Torus: the grid torusDimsFor gives uniform hosts (ranks per host x hosts); TorusBalanced: the
 // most balanced 2D/3D grid (what COLL_TORUS_DIMS or a non-uniform placement gives).
-enum class Algo { Ring, Tree, RecDoubling, Rabenseifner, Torus, TorusBalanced, HierRing, HierTree, HierTorus, HierRecDoubling };
+enum class Algo {
+  Ring,
+  Tree,
+  RecDoubling,
+  Rabenseifner,
+  Torus,
+  TorusBalanced,
+  HierRing,
+  HierTree,
+  HierTorus,
+  HierRecDoubling
+};
 
 const char* algoLabel(Algo a) {
   switch (a) {
@@ -50,14 +61,11 @@ TorusDims dimsFor(int32_t nranks, int32_t perHost) {
 ScheduleBuilder builderFor(Algo a, const CollArgs& args, int32_t nranks, int32_t perHost) {
   const int32_t hosts = (nranks + perHost - 1) / perHost;
   switch (a) {
-    case Algo::Ring:
-      return [args](const Topology& t, Schedule* s) { buildRingAllReduce(t, args, s, 1); };
-    case Algo::Tree:
-      return [args](const Topology& t, Schedule* s) { buildDoubleBinaryTreeAllReduce(t, args, s); };
+    case Algo::Ring: return [args](const Topology& t, Schedule* s) { buildRingAllReduce(t, args, s, 1); };
+    case Algo::Tree: return [args](const Topology& t, Schedule* s) { buildDoubleBinaryTreeAllReduce(t, args, s); };
     case Algo::RecDoubling:
       return [args](const Topology& t, Schedule* s) { buildRecursiveDoublingAllReduce(t, args, s); };
-    case Algo::Rabenseifner:
-      return [args](const Topology& t, Schedule* s) { buildRabenseifnerAllReduce(t, args, s); };
+    case Algo::Rabenseifner: return [args](const Topology& t, Schedule* s) { buildRabenseifnerAllReduce(t, args, s); };
     case Algo::Torus:
     case Algo::TorusBalanced: {
       const TorusDims d = dimsFor(nranks, a == Algo::Torus ? perHost : 1);
@@ -68,8 +76,8 @@ ScheduleBuilder builderFor(Algo a, const CollArgs& args, int32_t nranks, int32_t
     case Algo::HierTorus:
     case Algo::HierRecDoubling: {
       AlgoOptions o;
-      o.interHost = a == Algo::HierRing   ? AlgoId::Ring
-                    : a == Algo::HierTree ? AlgoId::Tree
+      o.interHost = a == Algo::HierRing    ? AlgoId::Ring
+                    : a == Algo::HierTree  ? AlgoId::Tree
                     : a == Algo::HierTorus ? AlgoId::Torus
                                            : AlgoId::RecursiveDoubling;
       if (a == Algo::HierTorus) o.torus = dimsFor(hosts, 1);
@@ -168,8 +176,8 @@ Expect recDoublingFormula(int64_t n, int64_t m, uint64_t count, size_t es) {
   if (n == 1 || count == 0) return e;
   const int64_t pp = int64_t{1} << floorLog2(static_cast<uint64_t>(n));
   const int64_t r = n - pp;
-  const uint64_t sends = m < 2 * r ? (m % 2 == 0 ? 1 : floorLog2(static_cast<uint64_t>(pp)) + 1)
-                                   : floorLog2(static_cast<uint64_t>(pp));
+  const uint64_t sends =
+      m < 2 * r ? (m % 2 == 0 ? 1 : floorLog2(static_cast<uint64_t>(pp)) + 1) : floorLog2(static_cast<uint64_t>(pp));
   e.sends = sends;
   e.bytes = sends * count * es;
   return e;
@@ -274,15 +282,14 @@ void checkCounts(Algo a, int32_t p, int32_t L, uint64_t count) {
   ASSERT_EQ(p % L, 0) << "the formulas assume equal hosts";
   const bool hier = a == Algo::HierRing || a == Algo::HierTree || a == Algo::HierTorus || a == Algo::HierRecDoubling;
   const bool tree = a == Algo::Tree || a == Algo::HierTree;
-  const TorusDims flatDims = a == Algo::Torus           ? dimsFor(p, L)
-                             : a == Algo::TorusBalanced ? dimsFor(p, 1)
-                                                        : TorusDims{};
+  const TorusDims flatDims = a == Algo::Torus ? dimsFor(p, L) : a == Algo::TorusBalanced ? dimsFor(p, 1) : TorusDims{};
   const TorusDims hostDims = a == Algo::HierTorus ? dimsFor(H, 1) : TorusDims{};
   // Trees: one tree group per shard (hier) or one (the hosts' heads); members are hosts.
   const int32_t groups = a == Algo::HierTree ? L : 1;
   std::vector<TreeShape> shapes(static_cast<size_t>(groups));
   std::vector<uint64_t> treeBytes(static_cast<size_t>(groups), 0);
-  for (auto& sh : shapes) sh.parent[0].assign(static_cast<size_t>(H), -2), sh.parent[1].assign(static_cast<size_t>(H), -2);
+  for (auto& sh : shapes)
+    sh.parent[0].assign(static_cast<size_t>(H), -2), sh.parent[1].assign(static_cast<size_t>(H), -2);
   UniformTopologies topos(p, L);
   Schedule s;
   for (int32_t r = 0; r < p; ++r) {

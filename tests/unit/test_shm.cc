@@ -201,8 +201,10 @@ TEST(Shm, BidirectionalStreamWithWrapAround) {
   const uint64_t total = 64ull << 20;
   std::string e0, e1;
   bool ok0 = false, ok1 = false;
-  std::thread t0([&] { ok0 = pumpStream(c01.get(), total, 11, 22, 7, 20000, &e0, sleepOn(hosts[0].get(), c01.get())); });
-  std::thread t1([&] { ok1 = pumpStream(c10.get(), total, 22, 11, 8, 20000, &e1, sleepOn(hosts[1].get(), c10.get())); });
+  std::thread t0(
+      [&] { ok0 = pumpStream(c01.get(), total, 11, 22, 7, 20000, &e0, sleepOn(hosts[0].get(), c01.get())); });
+  std::thread t1(
+      [&] { ok1 = pumpStream(c10.get(), total, 22, 11, 8, 20000, &e1, sleepOn(hosts[1].get(), c10.get())); });
   t0.join();
   t1.join();
   EXPECT_TRUE(ok0) << e0;
@@ -437,7 +439,8 @@ TEST(Shm, CreateThroughBootstrap) {
       Deadline deadline = Deadline::afterMs(20000);
       results[r] = Bootstrap::create(id, r, n, 0x99, deadline, &bs[r]);
       if (results[r].ok()) {
-        results[r] = ShmHost::create(*bs[r], Topology::uniform(r, n, n), ShmOptions{8192, 4096, 4}, deadline, &hosts[r]);
+        results[r] =
+            ShmHost::create(*bs[r], Topology::uniform(r, n, n), ShmOptions{8192, 4096, 4}, deadline, &hosts[r]);
       }
     });
   }

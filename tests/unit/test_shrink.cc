@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "collective/collective.h"
-#include "tests/unit/comm_threads.h"
 #include "src/comm/shrink.h"
+#include "tests/unit/comm_threads.h"
 
 namespace coll {
 namespace {

@@ -43,8 +43,8 @@ TEST(SocketAddress, ParsesAndPrintsIpv4AndIpv6) {
 }
 
 TEST(SocketAddress, RejectsJunk) {
-  for (const char* bad : {"1.2.3.4", ":5", "1.2.3.4:70000", "1.2.3.4:", "::1:5", "[::1]5",
-                          "[::1", "host:abc", "1.2.3.4:-1", "", "no-such-host.invalid:5"}) {
+  for (const char* bad : {"1.2.3.4", ":5", "1.2.3.4:70000", "1.2.3.4:", "::1:5", "[::1]5", "[::1", "host:abc",
+                          "1.2.3.4:-1", "", "no-such-host.invalid:5"}) {
     SocketAddress a;
     Status st = SocketAddress::parse(bad, &a);
     EXPECT_FALSE(st.ok()) << bad;

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -231,8 +231,7 @@ TEST(StreamLanes, AFailingPeerIsAnErrorOnEveryLanesStream) {
       // Two blocking calls: lanes 0 and 1 both exist and work.
       for (int k = 0; k < 2; ++k) {
         float v = 1.0f;
-        ASSERT_EQ(collAllReduce(&v, &v, 1, collFloat32, collSum, comm, nullptr), collSuccess)
-            << collGetLastError(comm);
+        ASSERT_EQ(collAllReduce(&v, &v, 1, collFloat32, collSum, comm, nullptr), collSuccess) << collGetLastError(comm);
         EXPECT_EQ(v, 2.0f);
       }
       if (r == 1) {
@@ -328,9 +327,9 @@ TEST(StreamLanes, StatsSumTheLanesAndRevokeReachesThem) {
     std::vector<float> in(1 << 15, 1.0f), out(1 << 15, 0.0f);
     collCompression_t cfg = COLL_COMPRESSION_INITIALIZER;
     for (int k = 0; k < 2; ++k) {  // work indices 0 and 1: lanes 0 and 1
-      ASSERT_EQ(collAllReduceCompressed(in.data(), out.data(), in.size(), collFloat32, collSum, &cfg, nullptr, comm,
-                                        nullptr),
-                collSuccess)
+      ASSERT_EQ(
+          collAllReduceCompressed(in.data(), out.data(), in.size(), collFloat32, collSum, &cfg, nullptr, comm, nullptr),
+          collSuccess)
           << collGetLastError(comm);
       EXPECT_NEAR(out[0], 2.0f, 0.25f);
     }

@@ -150,7 +150,7 @@ TEST(StreamRing, BytesArriveInOrderAcrossWraps) {
   pumpThrough(256, 0);
   pumpThrough(192, 0);
   pumpThrough(192, kNearWrap - 20 * 192 * 2);  // near 2^64, without reaching it
-  pumpThrough(256, kNearWrap);                  // across 2^64
+  pumpThrough(256, kNearWrap);                 // across 2^64
 }
 
 }  // namespace

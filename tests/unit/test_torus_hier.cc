@@ -272,9 +272,12 @@ TEST(TorusSchedules, EveryRankCountDefaultDims) {
 }
 
 TEST(TorusSchedules, ForcedGridsEveryTypeAndOp) {
-  struct G { int32_t p; const char* dims; };
-  const G grids[] = {{6, "2x3"}, {6, "3x2"}, {6, "1x6"}, {6, "6x1"}, {6, "2x1x3"}, {8, "2x2x2"},
-                     {8, "1x1x8"}, {12, "2x3x2"}, {4, "2x2"}, {9, "3x1x3"}};
+  struct G {
+    int32_t p;
+    const char* dims;
+  };
+  const G grids[] = {{6, "2x3"},   {6, "3x2"},   {6, "1x6"},    {6, "6x1"}, {6, "2x1x3"},
+                     {8, "2x2x2"}, {8, "1x1x8"}, {12, "2x3x2"}, {4, "2x2"}, {9, "3x1x3"}};
   for (const G& g : grids) {
     World w(blockLayout({g.p}));
     const TorusDims dims = dimsOf(w.world.topology(0), g.dims);
@@ -321,7 +324,10 @@ Sent sentBy(const Schedule& s, const Topology& topo) {
 }
 
 TEST(TorusSchedules, StepsAndBytesPerRankMatchTheFormula) {
-  struct G { int32_t p; const char* dims; };
+  struct G {
+    int32_t p;
+    const char* dims;
+  };
   const G grids[] = {{64, "4x4x4"}, {64, "8x8"}, {64, "2x4x8"}, {24, "1x4x6"}, {7, "7x1"}, {30, "5x3x2"}};
   for (const G& g : grids) {
     const Topology t0 = Topology::uniform(0, g.p, g.p);
@@ -354,8 +360,14 @@ TEST(TorusSchedules, StepsAndBytesPerRankMatchTheFormula) {
 
 const std::vector<std::vector<int32_t>>& hierLayouts() {
   static const std::vector<std::vector<int32_t>> layouts = {
-      blockLayout({4, 4}),    blockLayout({2, 2, 2, 2}), blockLayout({3, 3, 3}), blockLayout({3, 3, 2}),
-      blockLayout({2, 1}),    blockLayout({1, 4}),       blockLayout({1, 1, 1}), blockLayout({5}),
+      blockLayout({4, 4}),
+      blockLayout({2, 2, 2, 2}),
+      blockLayout({3, 3, 3}),
+      blockLayout({3, 3, 2}),
+      blockLayout({2, 1}),
+      blockLayout({1, 4}),
+      blockLayout({1, 1, 1}),
+      blockLayout({5}),
       {0, 1, 0, 2, 1, 0, 2, 1},  // not in blocks, 3+3+2
       {0, 1, 1, 0, 2, 2, 2, 0, 1, 3},
   };
@@ -442,7 +454,9 @@ uint64_t phaseSends(AlgoId inter, const AlgoOptions& o, int32_t n, int32_t me, u
 }
 
 TEST(HierAllReduce, BytesAcrossHostsMatchTheInterFormula) {
-  struct L { int32_t hosts, perHost; };
+  struct L {
+    int32_t hosts, perHost;
+  };
   for (const L& l : {L{4, 2}, L{2, 4}, L{8, 3}, L{6, 2}}) {
     const int32_t p = l.hosts * l.perHost;
     const uint64_t count = static_cast<uint64_t>(p) * 2 * 64;  // every shard splits evenly everywhere
@@ -504,8 +518,8 @@ TEST(HierAllReduce, UniformBlockHosts) {
 
 const std::vector<std::vector<int32_t>>& uniformLayouts() {
   static const std::vector<std::vector<int32_t>> layouts = {
-      blockLayout({4, 4}), blockLayout({2, 2, 2, 2}), blockLayout({3, 3, 3}), blockLayout({5}),
-      blockLayout({1, 1, 1, 1, 1}), blockLayout({2}), blockLayout({1})};
+      blockLayout({4, 4}),          blockLayout({2, 2, 2, 2}), blockLayout({3, 3, 3}), blockLayout({5}),
+      blockLayout({1, 1, 1, 1, 1}), blockLayout({2}),          blockLayout({1})};
   return layouts;
 }
 
@@ -539,9 +553,10 @@ TEST(HierCollectives, ReduceScatterEveryTypeAndOp) {
   for (collDataType_t t : kTypes) {
     for (collRedOp_t op : kOps) {
       ++n;
-      w.run("hier-rs", CollKind::ReduceScatter,
-            [](const Topology& tp, const CollArgs& a, Schedule* s) { buildHierarchicalReduceScatter(tp, a, s); },
-            static_cast<uint64_t>(1 + n % 3 * 50), t, op, 0, n % 2 == 0);
+      w.run(
+          "hier-rs", CollKind::ReduceScatter,
+          [](const Topology& tp, const CollArgs& a, Schedule* s) { buildHierarchicalReduceScatter(tp, a, s); },
+          static_cast<uint64_t>(1 + n % 3 * 50), t, op, 0, n % 2 == 0);
       if (testing::Test::HasFatalFailure()) return;
     }
   }
@@ -552,15 +567,18 @@ TEST(HierCollectives, TinyRingsAndStructure) {
   o.ringBytes = 64;
   o.sliceBytes = 24;
   World w(blockLayout({3, 3, 3}), o);
-  w.run("hier-rs", CollKind::ReduceScatter,
-        [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalReduceScatter(t, a, s); }, 1001,
-        collFloat64, collSum, 0, true);
-  w.run("hier-ag", CollKind::AllGather,
-        [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalAllGather(t, a, s); }, 1001,
-        collFloat64, collSum, 0, false);
-  w.run("hier-bcast", CollKind::Broadcast,
-        [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalBroadcast(t, a, s); }, 3001,
-        collFloat64, collSum, 4, false);
+  w.run(
+      "hier-rs", CollKind::ReduceScatter,
+      [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalReduceScatter(t, a, s); }, 1001,
+      collFloat64, collSum, 0, true);
+  w.run(
+      "hier-ag", CollKind::AllGather,
+      [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalAllGather(t, a, s); }, 1001, collFloat64,
+      collSum, 0, false);
+  w.run(
+      "hier-bcast", CollKind::Broadcast,
+      [](const Topology& t, const CollArgs& a, Schedule* s) { buildHierarchicalBroadcast(t, a, s); }, 3001, collFloat64,
+      collSum, 4, false);
   // Bytes across hosts: reduce-scatter and all-gather move (H-1) blocks per rank across hosts
   // and H (L-1) blocks inside; broadcast crosses hosts once per host.
   const int32_t hosts = 4, perHost = 3, p = hosts * perHost;
@@ -619,7 +637,8 @@ TEST(TorusHierSkewed, DependenciesHoldWhenRanksRunAhead) {
     InProcessOptions tiny;
     tiny.ringBytes = 64;
     tiny.sliceBytes = 16;
-    for (const auto& layout : {blockLayout({7, 7}), blockLayout({1, 1, 1, 1, 1, 1, 1}), blockLayout({2, 2, 2, 2, 2, 2})}) {
+    for (const auto& layout :
+         {blockLayout({7, 7}), blockLayout({1, 1, 1, 1, 1, 1, 1}), blockLayout({2, 2, 2, 2, 2, 2})}) {
       World v(layout, tiny);
       v.skew = seed;
       v.run("hier-rs", CollKind::ReduceScatter, rs, 45, collFloat32, collSum, 0, seed % 2 == 0);

@@ -296,8 +296,8 @@ TEST(TreeAllReduce, DoubleTreeComplementaryAndDepth) {
     for (int32_t r = 0; r < p; ++r) {
       ASSERT_LE(t.children[0][r], 2);
       ASSERT_LE(t.children[1][r], 2);
-      ASSERT_FALSE(t.children[0][r] > 0 && t.children[1][r] > 0) << "p=" << p << ": rank " << r
-                                                                 << " is interior in both trees";
+      ASSERT_FALSE(t.children[0][r] > 0 && t.children[1][r] > 0)
+          << "p=" << p << ": rank " << r << " is interior in both trees";
     }
   }
 }

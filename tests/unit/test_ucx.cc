@@ -238,12 +238,12 @@ TEST(Ucx, NoDirectSendsWithRendezvous) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTls, ::testing::Values("tcp", "sm", "posix,self,cma"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) if (c == ',') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTls, ::testing::Values("tcp", "sm", "posix,self,cma"), [](const auto& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == ',') c = '_';
+  return s;
+});
 
 // A peer process that exits mid-stream: the survivor's checkHealth fails naming the peer within
 // seconds (UCX peer failure over tcp; the pid watch over shared memory), and nothing hangs.
@@ -454,7 +454,8 @@ TEST(UcxIdleProgress, AnIdleRankStillAnswersItsPeer) {
           }
           auto data = c->recvData();
           for (size_t i = 0; i < data.size() && error.empty(); ++i) {
-            if (data[i] != std::byte{patternByte(received + i, 5)}) error = "wrong byte at " + std::to_string(received + i);
+            if (data[i] != std::byte{patternByte(received + i, 5)})
+              error = "wrong byte at " + std::to_string(received + i);
           }
           c->recvConsume(data.size());
           received += data.size();

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "collective/collective.h"
+#include "src/base/log.h"
 #include "src/oob/auth.h"
 #include "src/oob/bootstrap.h"
 #include "src/oob/env_bootstrap.h"
-#include "src/base/log.h"
 #include "src/oob/wire.h"
-#include "transports/tcp/tcp_transport.h"
 #include "tests/unit/comm_threads.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace coll {
 namespace {

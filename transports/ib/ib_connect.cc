@@ -55,8 +55,10 @@ uint32_t randomPsn() {
 
 Status validate(const IbWireInfo& in, const IbPortInfo& local, int peer) {
   auto bad = [&](const char* what, unsigned long long v) {
-    return makeError(collRemoteError, "rank %d sent malformed ib connection data (%s: %llu); are both ranks "
-                     "running the same library version?", peer, what, v);
+    return makeError(collRemoteError,
+                     "rank %d sent malformed ib connection data (%s: %llu); are both ranks "
+                     "running the same library version?",
+                     peer, what, v);
   };
   if (in.magic != kInfoMagic) return bad("magic", in.magic);
   if (in.version != kInfoVersion) return bad("version", in.version);
@@ -71,9 +73,11 @@ Status validate(const IbWireInfo& in, const IbPortInfo& local, int peer) {
     if (in.psn[q] > 0xffffff) return bad("PSN", in.psn[q]);
   }
   if ((in.ethernet == 1) != local.ethernet) {
-    return makeError(collInvalidUsage, "rank %d uses %s but this rank uses %s (%s): both ends of an ib connection "
-                     "need the same link layer; set COLL_IB_HCA", peer, in.ethernet ? "RoCE" : "InfiniBand",
-                     local.ethernet ? "RoCE" : "InfiniBand", local.describe().c_str());
+    return makeError(collInvalidUsage,
+                     "rank %d uses %s but this rank uses %s (%s): both ends of an ib connection "
+                     "need the same link layer; set COLL_IB_HCA",
+                     peer, in.ethernet ? "RoCE" : "InfiniBand", local.ethernet ? "RoCE" : "InfiniBand",
+                     local.describe().c_str());
   }
   if (!local.ethernet && (in.lid == 0 || in.lid >= 0xc000)) return bad("LID", in.lid);
   return okStatus();
@@ -83,8 +87,10 @@ Status validate(const IbWireInfo& in, const IbPortInfo& local, int peer) {
 
 Status checkIbConnectInfo(const uint8_t* bytes, size_t size, const IbPortInfo& local, int peer) {
   if (size != sizeof(IbWireInfo)) {
-    return makeError(collRemoteError, "rank %d sent %zu bytes of ib connection data (expected %zu); are both ranks "
-                     "running the same library version?", peer, size, sizeof(IbWireInfo));
+    return makeError(collRemoteError,
+                     "rank %d sent %zu bytes of ib connection data (expected %zu); are both ranks "
+                     "running the same library version?",
+                     peer, size, sizeof(IbWireInfo));
   }
   IbWireInfo in;
   memcpy(&in, bytes, sizeof(in));
@@ -139,8 +145,10 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
   const uint64_t ownRing = uint64_t{1} << ringLog2;
   c->cqEntries_ = qps * (c->sendDepth_ + recvDepth) + 16;
   if (dattr.max_cqe > 0 && c->cqEntries_ > dattr.max_cqe) {
-    return makeError(collInvalidUsage, "%s: %d QPs need %d completion-queue entries but the device allows %d; lower "
-                     "COLL_IB_QPS_PER_CONNECTION", name.c_str(), qps, c->cqEntries_, dattr.max_cqe);
+    return makeError(collInvalidUsage,
+                     "%s: %d QPs need %d completion-queue entries but the device allows %d; lower "
+                     "COLL_IB_QPS_PER_CONNECTION",
+                     name.c_str(), qps, c->cqEntries_, dattr.max_cqe);
   }
   c->cq_ = api.createCq(device->context(), c->cqEntries_, c.get(), device->channel(), 0);
   if (c->cq_ == nullptr) return sysErr("creating a completion queue");
@@ -197,8 +205,8 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
   COLL_TRY(allocRegistered(*device, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "credit block", &mem,
                            &c->creditMr_));
   c->credit_ = static_cast<volatile uint64_t*>(mem);
-  COLL_TRY(allocRegistered(*device, c->creditSrcBytes_, IBV_ACCESS_LOCAL_WRITE, "credit sources", &mem,
-                           &c->creditSrcMr_));
+  COLL_TRY(
+      allocRegistered(*device, c->creditSrcBytes_, IBV_ACCESS_LOCAL_WRITE, "credit sources", &mem, &c->creditSrcMr_));
   c->creditSrc_ = static_cast<uint64_t*>(mem);
 
   // Receives first: the peer may write as soon as it has our data and has reached RTS.
@@ -271,8 +279,9 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
     } else {
       a.ah_attr.dlid = static_cast<uint16_t>(theirs.lid);
     }
-    if (api.modifyQp(Q.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+    if (api.modifyQp(Q.qp, &a,
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
       return sysErr("moving a queue pair to RTR (check COLL_IB_GID_INDEX, COLL_IB_TC, COLL_IB_SL)");
     }
     ibv_qp_attr r{};
@@ -282,8 +291,9 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
     r.rnr_retry = 7;  // 7 = retry forever: receives are reposted as they are consumed
     r.sq_psn = mine.psn[q];
     r.max_rd_atomic = 1;
-    if (api.modifyQp(Q.qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                   IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+    if (api.modifyQp(Q.qp, &r,
+                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                         IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
       return sysErr("moving a queue pair to RTS (check COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)");
     }
   }

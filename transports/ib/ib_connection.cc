@@ -93,8 +93,10 @@ void IbConnection::notifyPeerOnce() {
 }
 
 Status IbConnection::protocolError(const char* what, unsigned long long a, unsigned long long b) {
-  return makeError(collRemoteError, "%s: rank %d broke the ib protocol (%s: %llu, %llu); are both ranks running "
-                   "the same library version?", where().c_str(), peer_, what, a, b);
+  return makeError(collRemoteError,
+                   "%s: rank %d broke the ib protocol (%s: %llu, %llu); are both ranks running "
+                   "the same library version?",
+                   where().c_str(), peer_, what, a, b);
 }
 
 Status IbConnection::completionError(const ibv_wc& wc) {
@@ -106,29 +108,36 @@ Status IbConnection::completionError(const ibv_wc& wc) {
   const unsigned vendor = wc.vendor_err;
   switch (wc.status) {
     case IBV_WC_RETRY_EXC_ERR:
-      return makeError(collRemoteError, "%s: %s rank %d failed: %s (vendor error 0x%x): the peer stopped "
+      return makeError(collRemoteError,
+                       "%s: %s rank %d failed: %s (vendor error 0x%x): the peer stopped "
                        "acknowledging (it exited, or the fabric drops packets); check that rank's log and the link. "
                        "COLL_IB_TIMEOUT=%d and COLL_IB_RETRY_CNT=%d set how long the HCA retries",
                        device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor, options_.timeout,
                        options_.retryCount);
     case IBV_WC_RNR_RETRY_EXC_ERR:
-      return makeError(collRemoteError, "%s: %s rank %d failed: %s: the peer had no receive posted (is it still "
-                       "running?); check that rank's log", device_->name().c_str(), op, peer_,
-                       wcStatusName(wc.status));
+      return makeError(collRemoteError,
+                       "%s: %s rank %d failed: %s: the peer had no receive posted (is it still "
+                       "running?); check that rank's log",
+                       device_->name().c_str(), op, peer_, wcStatusName(wc.status));
     case IBV_WC_REM_ACCESS_ERR:
     case IBV_WC_REM_INV_REQ_ERR:
     case IBV_WC_REM_OP_ERR:
-      return makeError(collRemoteError, "%s: %s rank %d failed: %s (vendor error 0x%x): the peer refused the "
+      return makeError(collRemoteError,
+                       "%s: %s rank %d failed: %s (vendor error 0x%x): the peer refused the "
                        "write (its ring was deregistered: it exited or aborted?); check that rank's log",
                        device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor);
     case IBV_WC_WR_FLUSH_ERR:
-      return makeError(collRemoteError, "%s: %s rank %d was flushed: the queue pair went into the error state "
+      return makeError(collRemoteError,
+                       "%s: %s rank %d was flushed: the queue pair went into the error state "
                        "(the peer failed or the link broke); check that rank's log, the link (`ibv_devinfo`) and "
-                       "COLL_IB_HCA", device_->name().c_str(), op, peer_);
+                       "COLL_IB_HCA",
+                       device_->name().c_str(), op, peer_);
     default:
-      return makeError(collSystemError, "%s: %s rank %d failed: %s (status %d, vendor error 0x%x); check the "
-                       "device with `ibv_devinfo` and COLL_IB_HCA", device_->name().c_str(), op, peer_,
-                       wcStatusName(wc.status), static_cast<int>(wc.status), vendor);
+      return makeError(collSystemError,
+                       "%s: %s rank %d failed: %s (status %d, vendor error 0x%x); check the "
+                       "device with `ibv_devinfo` and COLL_IB_HCA",
+                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), static_cast<int>(wc.status),
+                       vendor);
   }
 }
 
@@ -145,10 +154,11 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
     if (credit && wc.status != IBV_WC_WR_FLUSH_ERR && closedReason_.ok()) {
       device_->pollAsyncEvents();
       if (device_->failed()) return device_->failure();
-      closedReason_ = makeError(collRemoteError, "%s: rank %d closed its end of the connection or died (a credit "
+      closedReason_ = makeError(collRemoteError,
+                                "%s: rank %d closed its end of the connection or died (a credit "
                                 "write failed: %s); check that rank's log and the link (COLL_IB_TIMEOUT=%d and "
-                                "COLL_IB_RETRY_CNT=%d set how soon a dead peer is noticed)", where().c_str(), peer_,
-                                wcStatusName(wc.status), options_.timeout, options_.retryCount);
+                                "COLL_IB_RETRY_CNT=%d set how soon a dead peer is noticed)",
+                                where().c_str(), peer_, wcStatusName(wc.status), options_.timeout, options_.retryCount);
     }
     if (!closedReason_.ok() && (recv || credit)) {
       if (!recv) reap(Q, wc.wr_id >> 8);
@@ -315,7 +325,8 @@ Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool 
   uint64_t inlineBlock[1 + kIbMaxQps];
   const bool inl = creditBlockBytes_ <= maxInline_;
   // Not inline: one source block per send-queue slot, so a block is not rewritten while queued.
-  uint64_t* block = inl ? inlineBlock : creditSrc_ + (Q0.postedWrs % static_cast<uint64_t>(sendDepth_)) * (1 + kIbMaxQps);
+  uint64_t* block =
+      inl ? inlineBlock : creditSrc_ + (Q0.postedWrs % static_cast<uint64_t>(sendDepth_)) * (1 + kIbMaxQps);
   block[0] = consumed;
   for (int q = 0; q < nqps_; ++q) block[1 + q] = useRecvsDone ? qps_[q].recvsDone : qps_[q].recvsPublished;
   return postWrite(0, reinterpret_cast<uint64_t>(block), inl ? 0 : creditSrcMr_->lkey,

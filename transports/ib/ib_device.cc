@@ -14,16 +14,17 @@
 namespace coll {
 
 const StringKnob kIbHca("COLL_IB_HCA", "",
-                        "RDMA ports for the ib transport, NCCL syntax: mlx5_0:1,mlx5_1 (name prefixes, optional port), ^ to exclude, = for exact names. Unset: the first active port.",
+                        "RDMA ports for the ib transport, NCCL syntax: mlx5_0:1,mlx5_1 (name prefixes, optional port), "
+                        "^ to exclude, = for exact names. Unset: the first active port.",
                         {KnobSection::Transports, 80});
 const IntKnob kIbGidIndex("COLL_IB_GID_INDEX", "-1",
                           "RoCE GID table index. -1: automatic, preferring RoCE v2 with an IPv4-mapped address.",
                           {KnobSection::Transports, 90});
-const IntKnob kIbQpsPerConnection("COLL_IB_QPS_PER_CONNECTION", "2",
-                                  "RC queue pairs per ib connection (1-16); chunks of the stream are striped over them.",
-                                  {KnobSection::Transports, 100});
-const IntKnob kIbTrafficClass("COLL_IB_TC", "0",
-                              "Traffic class of ib connections (RoCE: DSCP << 2).",
+const IntKnob kIbQpsPerConnection(
+    "COLL_IB_QPS_PER_CONNECTION", "2",
+    "RC queue pairs per ib connection (1-16); chunks of the stream are striped over them.",
+    {KnobSection::Transports, 100});
+const IntKnob kIbTrafficClass("COLL_IB_TC", "0", "Traffic class of ib connections (RoCE: DSCP << 2).",
                               {KnobSection::Transports, 110});
 const IntKnob kIbServiceLevel("COLL_IB_SL", "0", "Service level of ib connections.", {KnobSection::Transports, 120});
 const IntKnob kIbTimeout("COLL_IB_TIMEOUT", "20",
@@ -32,9 +33,10 @@ const IntKnob kIbTimeout("COLL_IB_TIMEOUT", "20",
 const IntKnob kIbRetryCount("COLL_IB_RETRY_CNT", "7",
                             "ib retransmissions before a write fails with retry exceeded (0-7).",
                             {KnobSection::Transports, 140});
-const BytesKnob kIbStagingBytes("COLL_IB_STAGING_BYTES", "4M",
-                                "Send and receive ring per ib connection (registered memory, rounded up to a power of two, at least 4K).",
-                                {KnobSection::Transports, 150});
+const BytesKnob kIbStagingBytes(
+    "COLL_IB_STAGING_BYTES", "4M",
+    "Send and receive ring per ib connection (registered memory, rounded up to a power of two, at least 4K).",
+    {KnobSection::Transports, 150});
 
 namespace {
 
@@ -93,8 +95,10 @@ Status selectGid(const VerbsApi& api, ibv_context* ctx, const std::string& dev, 
     ibv_gid gid{};
     ibv_gid_type type = IBV_GID_TYPE_ROCE_V2;
     if (forced >= tableLen || api.queryGid(ctx, static_cast<uint8_t>(port), forced, &gid) != 0 || gidIsZero(gid)) {
-      return makeError(collInvalidUsage, "COLL_IB_GID_INDEX=%d: %s:%d has no GID at that index (table of %d); "
-                       "see `show_gids` or unset COLL_IB_GID_INDEX", forced, dev.c_str(), port, tableLen);
+      return makeError(collInvalidUsage,
+                       "COLL_IB_GID_INDEX=%d: %s:%d has no GID at that index (table of %d); "
+                       "see `show_gids` or unset COLL_IB_GID_INDEX",
+                       forced, dev.c_str(), port, tableLen);
     }
     if (api.queryGidType(ctx, static_cast<uint8_t>(port), forced, &type) != 0) type = IBV_GID_TYPE_ROCE_V2;
     info->gidIndex = forced;
@@ -119,8 +123,10 @@ Status selectGid(const VerbsApi& api, ibv_context* ctx, const std::string& dev, 
     }
   }
   if (best < 0) {
-    return makeError(collSystemError, "no RDMA device usable: %s:%d (RoCE) has no GID; give the interface an IP "
-                     "address or set COLL_IB_GID_INDEX", dev.c_str(), port);
+    return makeError(collSystemError,
+                     "no RDMA device usable: %s:%d (RoCE) has no GID; give the interface an IP "
+                     "address or set COLL_IB_GID_INDEX",
+                     dev.c_str(), port);
   }
   info->gidIndex = best;
   return okStatus();
@@ -211,8 +217,10 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
   ibv_device** list = api.getDeviceList(&num);
   if (list == nullptr || num <= 0) {
     if (list) api.freeDeviceList(list);
-    return makeError(collSystemError, "no RDMA device (%s found none: check `ibv_devices`, that the HCA driver and "
-                     "the rdma kernel modules are loaded, or set up SoftRoCE with bench/softroce.sh up)", api.name);
+    return makeError(collSystemError,
+                     "no RDMA device (%s found none: check `ibv_devices`, that the HCA driver and "
+                     "the rdma kernel modules are loaded, or set up SoftRoCE with bench/softroce.sh up)",
+                     api.name);
   }
   std::string seen;  // for the error: every device and port looked at
   std::shared_ptr<IbDevice> dev(new IbDevice(api));
@@ -277,9 +285,10 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
   }
   api.freeDeviceList(list);
   if (dev->context_ == nullptr) {
-    return makeError(collSystemError, "no RDMA device with an active port that COLL_IB_HCA%s%s admits (%s); check "
-                     "`ibv_devinfo` and COLL_IB_HCA", options.hca.empty() ? "" : "=", options.hca.c_str(),
-                     seen.c_str());
+    return makeError(collSystemError,
+                     "no RDMA device with an active port that COLL_IB_HCA%s%s admits (%s); check "
+                     "`ibv_devinfo` and COLL_IB_HCA",
+                     options.hca.empty() ? "" : "=", options.hca.c_str(), seen.c_str());
   }
   dev->pd_ = api.allocPd(dev->context_);
   if (dev->pd_ == nullptr) {
@@ -328,9 +337,10 @@ void IbDevice::pollAsyncEvents() {
       case IBV_EVENT_DEVICE_FATAL: {
         const bool portErr = ev.event_type == IBV_EVENT_PORT_ERR;
         if (failure_.ok()) {
-          failure_ = makeError(collSystemError, "%s: %s (%s); check the link with `ibv_devinfo` or choose another "
-                               "port with COLL_IB_HCA", name().c_str(),
-                               portErr ? "the port went down" : "the device failed",
+          failure_ = makeError(collSystemError,
+                               "%s: %s (%s); check the link with `ibv_devinfo` or choose another "
+                               "port with COLL_IB_HCA",
+                               name().c_str(), portErr ? "the port went down" : "the device failed",
                                portErr ? "IBV_EVENT_PORT_ERR" : "IBV_EVENT_DEVICE_FATAL");
           failed_.store(true, std::memory_order_release);
           COLL_WARN(-1, "%s", failure_.message().c_str());
@@ -344,23 +354,24 @@ void IbDevice::pollAsyncEvents() {
       case IBV_EVENT_PATH_MIG_ERR:
         for (IbConnection* c : connections_) {
           if (c->ownsQp(ev.element.qp)) {
-            c->fail(makeError(collRemoteError, "%s: queue pair to rank %d failed (async event %d); check that "
-                              "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)", name().c_str(),
-                              c->peer(), static_cast<int>(ev.event_type)));
+            c->fail(makeError(collRemoteError,
+                              "%s: queue pair to rank %d failed (async event %d); check that "
+                              "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)",
+                              name().c_str(), c->peer(), static_cast<int>(ev.event_type)));
           }
         }
         break;
       case IBV_EVENT_CQ_ERR:
         for (IbConnection* c : connections_) {
           if (c->cq() == ev.element.cq) {
-            c->fail(makeError(collInternalError, "%s: completion queue of the connection to rank %d overflowed "
-                              "(IBV_EVENT_CQ_ERR)", name().c_str(), c->peer()));
+            c->fail(makeError(collInternalError,
+                              "%s: completion queue of the connection to rank %d overflowed "
+                              "(IBV_EVENT_CQ_ERR)",
+                              name().c_str(), c->peer()));
           }
         }
         break;
-      default:
-        COLL_INFO(-1, "%s: async event %d", name().c_str(), static_cast<int>(ev.event_type));
-        break;
+      default: COLL_INFO(-1, "%s: async event %d", name().c_str(), static_cast<int>(ev.event_type)); break;
     }
     api_.ackAsyncEvent(&ev);
   }

@@ -51,8 +51,10 @@ Status IbMrCache::registerHost(void* addr, size_t length, int access, ibv_mr** o
   ibv_mr* mr = api_.regMr(pd_, reinterpret_cast<void*>(start), end - start, access);
   if (mr == nullptr) {
     const int err = errno;
-    return makeError(collSystemError, "registering %zu bytes of host memory for RDMA failed: %s (check `ulimit -l`: "
-                     "registered memory is locked)", static_cast<size_t>(end - start), errnoText(err).c_str());
+    return makeError(collSystemError,
+                     "registering %zu bytes of host memory for RDMA failed: %s (check `ulimit -l`: "
+                     "registered memory is locked)",
+                     static_cast<size_t>(end - start), errnoText(err).c_str());
   }
   auto existing = host_.find(start);
   if (existing != host_.end()) {  // same start, smaller range or fewer rights: replace it
@@ -83,8 +85,10 @@ Status IbMrCache::registerDmabuf(int fd, uint64_t offset, size_t length, uint64_
   ibv_mr* mr = api_.regDmabufMr(pd_, offset, length, iova, fd, access);
   if (mr == nullptr) {
     const int err = errno;
-    return makeError(collSystemError, "registering dmabuf fd %d (%zu bytes) for RDMA failed: %s (GPUDirect RDMA needs "
-                     "a kernel and driver with dmabuf support)", fd, length, errnoText(err).c_str());
+    return makeError(collSystemError,
+                     "registering dmabuf fd %d (%zu bytes) for RDMA failed: %s (GPUDirect RDMA needs "
+                     "a kernel and driver with dmabuf support)",
+                     fd, length, errnoText(err).c_str());
   }
   dmabuf_.push_back(DmabufRegion{fd, offset, length, access, mr});
   *out = mr;

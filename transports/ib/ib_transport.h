@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 #include "transports/ib/verbs_api.h"
 #include "transports/stream_ring.h"
 #include "transports/transport.h"
@@ -45,17 +45,17 @@ struct IbHcaFilter {
 Status parseIbHcaList(const std::string& text, IbHcaFilter* out);
 
 struct IbOptions {
-  std::string hca;            // COLL_IB_HCA
-  int gidIndex = -1;          // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
-  int qps = 2;                // COLL_IB_QPS_PER_CONNECTION
-  int trafficClass = 0;       // COLL_IB_TC
-  int serviceLevel = 0;       // COLL_IB_SL
-  int timeout = 20;           // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
-  int retryCount = 7;         // COLL_IB_RETRY_CNT
+  std::string hca;                  // COLL_IB_HCA
+  int gidIndex = -1;                // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
+  int qps = 2;                      // COLL_IB_QPS_PER_CONNECTION
+  int trafficClass = 0;             // COLL_IB_TC
+  int serviceLevel = 0;             // COLL_IB_SL
+  int timeout = 20;                 // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
+  int retryCount = 7;               // COLL_IB_RETRY_CNT
   uint64_t ringBytes = 4ull << 20;  // COLL_IB_STAGING_BYTES (rounded up to a power of two)
-  int sendDepth = 256;        // work requests per send queue
-  int recvDepth = 256;        // receives posted per QP
-  uint32_t maxInline = 128;   // asked for; the QP reports what it grants
+  int sendDepth = 256;              // work requests per send queue
+  int recvDepth = 256;              // receives posted per QP
+  uint32_t maxInline = 128;         // asked for; the QP reports what it grants
 };
 IbOptions ibOptionsFromConfig();
 
@@ -66,7 +66,7 @@ struct IbPortInfo {
   bool ethernet = false;  // RoCE (GID addressing); false: InfiniBand (LID addressing)
   int gidIndex = -1;
   ibv_gid gid{};
-  std::string gidType;    // "RoCE v2", "RoCE v1", "IB"
+  std::string gidType;  // "RoCE v2", "RoCE v1", "IB"
   uint16_t lid = 0;
   ibv_mtu activeMtu = IBV_MTU_1024;
   std::string describe() const;  // "mlx5_0:1 RoCE v2 (GID index 3)"
@@ -224,10 +224,10 @@ class IbConnection final : public Connection {
     uint64_t signaledUpTo = 0;  // 1 + sequence of the last signaled one
     uint32_t unsignaledRun = 0;
     uint64_t unsignaledBytes = 0;
-    uint64_t immWrites = 0;     // writes with immediate posted (consume a peer receive each)
-    uint64_t peerRecvsDone = 0; // receives the peer reported consumed and reposted
-    uint64_t recvPos = 0;       // stream position of the next byte this QP receives
-    uint64_t recvsDone = 0;     // receives consumed here (and reposted)
+    uint64_t immWrites = 0;      // writes with immediate posted (consume a peer receive each)
+    uint64_t peerRecvsDone = 0;  // receives the peer reported consumed and reposted
+    uint64_t recvPos = 0;        // stream position of the next byte this QP receives
+    uint64_t recvsDone = 0;      // receives consumed here (and reposted)
     uint64_t recvsPublished = 0;
     // Data writes not yet reaped: (WR sequence, stream start), oldest first, a ring of sendDepth.
     std::vector<std::pair<uint64_t, uint64_t>> inflight;
@@ -269,10 +269,10 @@ class IbConnection final : public Connection {
   uint32_t maxInline_ = 0;
   IbOptions options_;
 
-  StreamRing ring_;     // R, of both rings at both ends
-  uint64_t chunk_ = 0;  // C
-  uint64_t skip_ = 0;   // (qps - 1) * C: from the end of a chunk to the QP's next one
-  uint64_t ringAlloc_ = 0;      // bytes allocated for each ring (at least ring_)
+  StreamRing ring_;         // R, of both rings at both ends
+  uint64_t chunk_ = 0;      // C
+  uint64_t skip_ = 0;       // (qps - 1) * C: from the end of a chunk to the QP's next one
+  uint64_t ringAlloc_ = 0;  // bytes allocated for each ring (at least ring_)
   size_t creditSrcBytes_ = 0;
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;
@@ -291,15 +291,15 @@ class IbConnection final : public Connection {
   uint32_t peerCreditRkey_ = 0;
 
   uint64_t committed_ = 0;
-  uint64_t posted_ = 0;     // every byte before this was handed to the HCA
-  uint64_t sendDone_ = 0;   // every byte before this was read by the HCA (send ring reusable)
+  uint64_t posted_ = 0;    // every byte before this was handed to the HCA
+  uint64_t sendDone_ = 0;  // every byte before this was read by the HCA (send ring reusable)
   uint64_t peerConsumed_ = 0;
   uint64_t consumed_ = 0;
   uint64_t received_ = 0;
   uint64_t consumedPublished_ = 0;
   uint64_t creditWrites_ = 0;
-  Status error_;          // sticky: progress() and checkHealth() fail with it
-  Status closedReason_;   // the peer tore its end down; reported by checkHealth() only
+  Status error_;         // sticky: progress() and checkHealth() fail with it
+  Status closedReason_;  // the peer tore its end down; reported by checkHealth() only
   bool peerNotified_ = false;
 };
 

@@ -49,11 +49,11 @@ int getAsyncEvent(ibv_context* c, ibv_async_event* e) { return ibv_get_async_eve
 void ackAsyncEvent(ibv_async_event* e) { ibv_ack_async_event(e); }
 
 const VerbsApi kReal = {
-    "libibverbs",   getDeviceList, freeDeviceList, getDeviceName, getDeviceGuid,     openDevice,
-    closeDevice,    queryDevice,   queryPort,      queryGid,      queryGidType,      allocPd,
-    deallocPd,      regMr,         regDmabufMr,    deregMr,       createCompChannel, destroyCompChannel,
-    createCq,       destroyCq,     reqNotifyCq,    getCqEvent,    ackCqEvents,       pollCq,
-    createQp,       modifyQp,      destroyQp,      postSend,      postRecv,          getAsyncEvent,
+    "libibverbs",  getDeviceList, freeDeviceList, getDeviceName, getDeviceGuid,     openDevice,
+    closeDevice,   queryDevice,   queryPort,      queryGid,      queryGidType,      allocPd,
+    deallocPd,     regMr,         regDmabufMr,    deregMr,       createCompChannel, destroyCompChannel,
+    createCq,      destroyCq,     reqNotifyCq,    getCqEvent,    ackCqEvents,       pollCq,
+    createQp,      modifyQp,      destroyQp,      postSend,      postRecv,          getAsyncEvent,
     ackAsyncEvent,
 };
 

@@ -30,8 +30,7 @@
 
 namespace coll {
 
-const BytesKnob kShmFifoBytes("COLL_SHM_FIFO_BYTES", "2M",
-                              "Shared-memory FIFO per ordered pair of ranks on a host.",
+const BytesKnob kShmFifoBytes("COLL_SHM_FIFO_BYTES", "2M", "Shared-memory FIFO per ordered pair of ranks on a host.",
                               {KnobSection::Transports, 210});
 const BytesKnob kShmWindowBytes("COLL_SHM_WINDOW_BYTES", "8M",
                                 "Shared window per rank for the direct algorithm (two halves, alternated per call).",
@@ -125,32 +124,29 @@ Layout layoutFor(const ShmOptions& o, int localSize) {
 
 // Barrier among the local ranks through the local leader; carries each rank's success so a
 // failure on one rank fails all of them at once instead of at the deadline.
-Status localBarrier(Bootstrap& bootstrap, const std::vector<int32_t>& localRanks, int me, uint8_t phase,
-                    bool ok, bool* allOk, Deadline deadline) {
+Status localBarrier(Bootstrap& bootstrap, const std::vector<int32_t>& localRanks, int me, uint8_t phase, bool ok,
+                    bool* allOk, Deadline deadline) {
   *allOk = ok;
   if (localRanks.size() <= 1) return okStatus();
   const int leader = localRanks[0];
   std::vector<uint8_t> msg;
   if (me != leader) {
     uint8_t out[2] = {phase, static_cast<uint8_t>(ok ? 1 : 0)};
-    COLL_TRY(bootstrap.send(leader, kShmBarrierTag, out, sizeof(out), deadline)
-                 .withContext("shared-memory setup barrier"));
-    COLL_TRY(bootstrap.recv(leader, kShmBarrierTag, &msg, 16, deadline)
-                 .withContext("shared-memory setup barrier"));
+    COLL_TRY(
+        bootstrap.send(leader, kShmBarrierTag, out, sizeof(out), deadline).withContext("shared-memory setup barrier"));
+    COLL_TRY(bootstrap.recv(leader, kShmBarrierTag, &msg, 16, deadline).withContext("shared-memory setup barrier"));
     if (msg.size() != 2 || msg[0] != phase) {
-      return makeError(collRemoteError, "shared-memory setup: malformed barrier message from rank %d",
-                       leader);
+      return makeError(collRemoteError, "shared-memory setup: malformed barrier message from rank %d", leader);
     }
     *allOk = msg[1] == 1;
     return okStatus();
   }
   bool all = ok;
   for (size_t i = 1; i < localRanks.size(); ++i) {
-    COLL_TRY(bootstrap.recv(localRanks[i], kShmBarrierTag, &msg, 16, deadline)
-                 .withContext("shared-memory setup barrier"));
+    COLL_TRY(
+        bootstrap.recv(localRanks[i], kShmBarrierTag, &msg, 16, deadline).withContext("shared-memory setup barrier"));
     if (msg.size() != 2 || msg[0] != phase) {
-      return makeError(collRemoteError, "shared-memory setup: malformed barrier message from rank %d",
-                       localRanks[i]);
+      return makeError(collRemoteError, "shared-memory setup: malformed barrier message from rank %d", localRanks[i]);
     }
     all = all && msg[1] == 1;
   }
@@ -244,15 +240,13 @@ ShmOptions shmOptionsFromConfig() {
   return o;
 }
 
-uint64_t ShmHost::segmentBytes(const ShmOptions& options, int localSize) {
-  return layoutFor(options, localSize).total;
-}
+uint64_t ShmHost::segmentBytes(const ShmOptions& options, int localSize) { return layoutFor(options, localSize).total; }
 
-Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOptions& options,
-                       Deadline deadline, std::unique_ptr<ShmHost>* out) {
+Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOptions& options, Deadline deadline,
+                       std::unique_ptr<ShmHost>* out) {
   if (options.fifoBytes == 0 || options.fifoBytes % kLine != 0 || options.fifoBytes > kMaxFifoBytes ||
-      options.windowHalfBytes % kLine != 0 || options.windowHalfBytes > kMaxHalfBytes ||
-      options.publishSlots < 1 || options.publishSlots > kMaxPublishSlots) {
+      options.windowHalfBytes % kLine != 0 || options.windowHalfBytes > kMaxHalfBytes || options.publishSlots < 1 ||
+      options.publishSlots > kMaxPublishSlots) {
     return makeError(collInvalidArgument,
                      "shared-memory options out of range (fifo %llu bytes, window half %llu bytes, "
                      "%d slots): sizes must be multiples of 64",
@@ -317,8 +311,7 @@ Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOpti
     unlinkAll();
     if (!st.ok()) return st;
     if (!bst.ok()) return bst;
-    return makeError(collRemoteError,
-                     "shared-memory setup failed on another rank of this host; see that rank's error");
+    return makeError(collRemoteError, "shared-memory setup failed on another rank of this host; see that rank's error");
   }
 
   // Phase 2: map every peer's segment and check that it was built with the same options.
@@ -345,8 +338,7 @@ Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOpti
   if (!bst.ok() || !allOk || !st.ok()) {
     if (!st.ok()) return st;
     if (!bst.ok()) return bst;
-    return makeError(collRemoteError,
-                     "shared-memory setup failed on another rank of this host; see that rank's error");
+    return makeError(collRemoteError, "shared-memory setup failed on another rank of this host; see that rank's error");
   }
 
   host->pids_[host->localIdx_] = getpid();
@@ -355,8 +347,7 @@ Status ShmHost::create(Bootstrap& bootstrap, const Topology& topo, const ShmOpti
     host->pidfds_[j] = openPidfd(host->pids_[j]);
     if (host->pidfds_[j] < 0 && errno == ESRCH) {
       // Either it already exited, or it lives in another PID namespace; kill(pid, 0) decides later.
-      COLL_INFO(me, "no pidfd for local rank %d (pid %d); peer-death checks use kill()", local[j],
-                host->pids_[j]);
+      COLL_INFO(me, "no pidfd for local rank %d (pid %d); peer-death checks use kill()", local[j], host->pids_[j]);
     }
   }
   host->commHash_ = commHash;
@@ -392,9 +383,7 @@ int ShmHost::localIndex(int rank) const {
   return static_cast<int>(it - localRanks_.begin());
 }
 
-ShmHost::Header* ShmHost::header(int localIdx) const {
-  return reinterpret_cast<Header*>(segments_[localIdx]);
-}
+ShmHost::Header* ShmHost::header(int localIdx) const { return reinterpret_cast<Header*>(segments_[localIdx]); }
 
 ShmHost::FifoControl* ShmHost::fifo(int receiverLocal, int senderLocal) const {
   return reinterpret_cast<FifoControl*>(segments_[receiverLocal] + fifoOffset_ + fifoStride_ * senderLocal);
@@ -416,7 +405,6 @@ std::atomic<uint64_t>& ShmHost::progressSlot(int rank, int slot) {
 }
 
 std::atomic<uint64_t>& ShmHost::completedCalls(int rank) { return header(localIndex(rank))->completedCalls; }
-
 
 uint64_t ShmHost::prepareWait(bool viaSocket) {
   Header* h = header(localIdx_);
@@ -595,8 +583,8 @@ class ShmConnection final : public Connection {
 Status ShmHost::connection(int peer, std::unique_ptr<Connection>* out) {
   int peerLocal = localIndex(peer);
   if (peerLocal < 0) {
-    return makeError(collInternalError, "rank %d is not on the host of rank %d: no shared-memory connection",
-                     peer, rank_);
+    return makeError(collInternalError, "rank %d is not on the host of rank %d: no shared-memory connection", peer,
+                     rank_);
   }
   *out = std::make_unique<ShmConnection>(this, peer, peerLocal, localIdx_);
   return okStatus();

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 #include "src/topo/topology.h"
 #include "transports/transport.h"
 
@@ -36,8 +36,8 @@ class ShmHost final : public HostWindows {
   // Collective over topo.localRanks: creates this rank's segment, maps every local peer's, and
   // unlinks its own as soon as every local rank has mapped it, so /dev/shm holds nothing after
   // this returns (or fails). The bootstrap is used only for a barrier among local ranks.
-  static Status create(Bootstrap& bootstrap, const Topology& topo, const ShmOptions& options,
-                       Deadline deadline, std::unique_ptr<ShmHost>* out);
+  static Status create(Bootstrap& bootstrap, const Topology& topo, const ShmOptions& options, Deadline deadline,
+                       std::unique_ptr<ShmHost>* out);
   ~ShmHost() override;
   ShmHost(const ShmHost&) = delete;
   ShmHost& operator=(const ShmHost&) = delete;
@@ -104,7 +104,7 @@ class ShmHost final : public HostWindows {
   std::vector<std::byte*> segments_;  // mapped base per local index
   std::vector<int> pidfds_;           // per local index; -1 when unavailable (then kill(pid, 0))
   std::vector<pid_t> pids_;
-  int wakeFd_ = -1;                   // abstract-namespace datagram socket (per comm and rank)
+  int wakeFd_ = -1;  // abstract-namespace datagram socket (per comm and rank)
   uint64_t commHash_ = 0;
 };
 

@@ -37,7 +37,8 @@ Status parseTcpHello(const uint8_t* bytes, size_t size, TcpHello* out) {
       w[3] < 6 || w[3] > 26) {
     return makeError(collRemoteError,
                      "a malformed TCP handshake (magic %08x, version %u, %u streams, stripe 2^%u); are both "
-                     "ranks running the same library version?", w[0], w[1], w[2], w[3]);
+                     "ranks running the same library version?",
+                     w[0], w[1], w[2], w[3]);
   }
   out->streams = w[2];
   out->stripeLog2 = w[3];

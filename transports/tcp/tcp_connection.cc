@@ -25,7 +25,8 @@ const BytesKnob kSocketBufferBytes("COLL_SOCKET_BUFFSIZE", "4M",
                                    "SO_SNDBUF / SO_RCVBUF of data sockets (0 = kernel default).",
                                    {KnobSection::Transports, 60});
 const BytesKnob kTcpStagingBytes("COLL_TCP_STAGING_BYTES", "1M",
-                                 "Send and receive staging ring per TCP connection (small enough that received slices are reduced while still in cache).",
+                                 "Send and receive staging ring per TCP connection (small enough that received slices "
+                                 "are reduced while still in cache).",
                                  {KnobSection::Transports, 70});
 
 namespace {
@@ -48,20 +49,21 @@ TcpOptions tcpOptionsFromConfig() {
   return o;
 }
 
-Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptions& options,
-                                  std::string peerName, std::unique_ptr<TcpConnection>* out) {
+Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptions& options, std::string peerName,
+                                  std::unique_ptr<TcpConnection>* out) {
   std::unique_ptr<TcpConnection> c(new TcpConnection());
   c->peer_ = peer;
   c->peerName_ = std::move(peerName);
   for (int fd : fds) c->streams_.push_back(Stream{fd, 0, 0});  // the destructor closes them
   if (fds.empty() || fds.size() > static_cast<size_t>(kTcpMaxStreams)) {
-    return makeError(collInvalidArgument, "TCP connection to rank %d: %zu sockets (expected 1..%d)", peer,
-                     fds.size(), kTcpMaxStreams);
+    return makeError(collInvalidArgument, "TCP connection to rank %d: %zu sockets (expected 1..%d)", peer, fds.size(),
+                     kTcpMaxStreams);
   }
   if (!isPow2(options.stripeBytes) || options.stripeBytes < kMinStripe || options.stripeBytes > (64ull << 20)) {
-    return makeError(collInvalidArgument, "TCP connection to rank %d: stripe of %llu bytes (expected a power "
-                     "of two between 64 bytes and 64 MiB)", peer,
-                     static_cast<unsigned long long>(options.stripeBytes));
+    return makeError(collInvalidArgument,
+                     "TCP connection to rank %d: stripe of %llu bytes (expected a power "
+                     "of two between 64 bytes and 64 MiB)",
+                     peer, static_cast<unsigned long long>(options.stripeBytes));
   }
   c->stripe_ = options.stripeBytes;
   c->ring_ = StreamRing(roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_));
@@ -80,8 +82,8 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
                  (addr.ss_family == AF_INET || addr.ss_family == AF_INET6);
     if (isTcp && setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
       int err = errno;
-      return makeError(collSystemError, "TCP_NODELAY on the socket to rank %d (%s): %s", peer,
-                       c->peerName_.c_str(), errnoText(err).c_str());
+      return makeError(collSystemError, "TCP_NODELAY on the socket to rank %d (%s): %s", peer, c->peerName_.c_str(),
+                       errnoText(err).c_str());
     }
     if (options.socketBufferBytes > 0) {
       int b = options.socketBufferBytes;
@@ -93,8 +95,10 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
   c->sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_.capacity(), 4096)));
   c->recvRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_.capacity(), 4096)));
   if (c->sendRing_ == nullptr || c->recvRing_ == nullptr) {
-    return makeError(collSystemError, "cannot allocate 2 x %llu bytes of TCP staging for rank %d; lower "
-                     "COLL_TCP_STAGING_BYTES", static_cast<unsigned long long>(c->ring_.capacity()), peer);
+    return makeError(collSystemError,
+                     "cannot allocate 2 x %llu bytes of TCP staging for rank %d; lower "
+                     "COLL_TCP_STAGING_BYTES",
+                     static_cast<unsigned long long>(c->ring_.capacity()), peer);
   }
   // Non-blocking from here on (MSG_DONTWAIT covers our calls; the flag also covers anyone who
   // polls the fds and then reads).
@@ -106,8 +110,8 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
                        c->peerName_.c_str(), errnoText(err).c_str());
     }
   }
-  COLL_TRACE(-1, "TCP connection to rank %d (%s): %zu streams, stripe %llu, ring %llu", peer,
-             c->peerName_.c_str(), fds.size(), static_cast<unsigned long long>(c->stripe_),
+  COLL_TRACE(-1, "TCP connection to rank %d (%s): %zu streams, stripe %llu, ring %llu", peer, c->peerName_.c_str(),
+             fds.size(), static_cast<unsigned long long>(c->stripe_),
              static_cast<unsigned long long>(c->ring_.capacity()));
   *out = std::move(c);
   return okStatus();
@@ -139,12 +143,13 @@ bool TcpConnection::sendPending(const Stream& s) const {
 
 Status TcpConnection::socketError(int err, const char* what) const {
   if (err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT || err == EHOSTUNREACH) {
-    return makeError(collRemoteError, "rank %d (%s) reset the connection (%s during %s); check that rank's "
+    return makeError(collRemoteError,
+                     "rank %d (%s) reset the connection (%s during %s); check that rank's "
                      "log and the network between the two hosts",
                      peer_, peerName_.c_str(), errnoText(err).c_str(), what);
   }
-  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_,
-                   peerName_.c_str(), errnoText(err).c_str());
+  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_, peerName_.c_str(),
+                   errnoText(err).c_str());
 }
 
 Status TcpConnection::sendOn(Stream& s, bool* progressed) {
@@ -180,8 +185,10 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
     if (n == 0) {
       s.closed = true;
       if (closedReason_.ok()) {
-        closedReason_ = makeError(collRemoteError, "rank %d (%s) closed the connection; check that rank's log for "
-                                  "why it exited", peer_, peerName_.c_str());
+        closedReason_ = makeError(collRemoteError,
+                                  "rank %d (%s) closed the connection; check that rank's log for "
+                                  "why it exited",
+                                  peer_, peerName_.c_str());
       }
       return okStatus();
     }

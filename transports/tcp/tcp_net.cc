@@ -11,9 +11,7 @@ class TcpNet final : public NetTransport {
  public:
   explicit TcpNet(Bootstrap& bootstrap) : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {}
   NetKind kind() const override { return NetKind::Tcp; }
-  std::string describe() const override {
-    return "tcp (" + std::to_string(options_.streams) + " socket(s) per peer)";
-  }
+  std::string describe() const override { return "tcp (" + std::to_string(options_.streams) + " socket(s) per peer)"; }
   Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override {
     std::unique_ptr<Connection> conn;
     COLL_TRY(connectTcp(bootstrap_, peer, options_, deadline, &conn));

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 #include "transports/stream_ring.h"
 #include "transports/transport.h"
 
@@ -24,8 +24,8 @@ constexpr int kTcpMaxStreams = 64;
 
 struct TcpOptions {
   int streams = 2;
-  int socketBufferBytes = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 = kernel default
-  uint64_t stagingBytes = 1ull << 20;  // each of the send and receive rings
+  int socketBufferBytes = 4 << 20;      // SO_SNDBUF / SO_RCVBUF; 0 = kernel default
+  uint64_t stagingBytes = 1ull << 20;   // each of the send and receive rings
   uint64_t stripeBytes = 512ull << 10;  // power of two; the active side's value is used by both
 };
 
@@ -55,8 +55,8 @@ class TcpConnection final : public Connection {
   // From already-connected sockets (ownership of the fds passes here, also on failure). Both
   // ends must pass the same number of sockets, in the same order, and the same stripeBytes.
   // `peerName` appears in error messages, e.g. "10.0.0.2:41000".
-  static Status fromSockets(int peer, std::vector<int> fds, const TcpOptions& options,
-                            std::string peerName, std::unique_ptr<TcpConnection>* out);
+  static Status fromSockets(int peer, std::vector<int> fds, const TcpOptions& options, std::string peerName,
+                            std::unique_ptr<TcpConnection>* out);
   ~TcpConnection() override;
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -86,7 +86,7 @@ class TcpConnection final : public Connection {
     uint64_t recvPos = 0;  // stream position of the next byte this socket receives
     bool closed = false;   // the peer closed or reset this socket
   };
-  Status closedReason_;    // set when a socket closed; reported by checkHealth()
+  Status closedReason_;  // set when a socket closed; reported by checkHealth()
   TcpConnection() = default;
   Status sendOn(Stream& s, bool* progressed);
   Status recvOn(Stream& s, bool* progressed);
@@ -97,7 +97,7 @@ class TcpConnection final : public Connection {
   std::string peerName_;
   std::vector<Stream> streams_;
   uint64_t stripe_ = 0;
-  StreamRing ring_;  // both the send and the receive ring
+  StreamRing ring_;    // both the send and the receive ring
   uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;

@@ -44,8 +44,10 @@ Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
   sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, capacity));
   recvRing_ = static_cast<std::byte*>(aligned_alloc(4096, capacity));
   if (sendRing_ == nullptr || recvRing_ == nullptr) {
-    return makeError(collSystemError, "cannot allocate 2 x %llu bytes of UCX rings for rank %d; lower "
-                     "COLL_UCX_RING_BYTES", static_cast<unsigned long long>(capacity), peer_);
+    return makeError(collSystemError,
+                     "cannot allocate 2 x %llu bytes of UCX rings for rank %d; lower "
+                     "COLL_UCX_RING_BYTES",
+                     static_cast<unsigned long long>(capacity), peer_);
   }
   // Registered once here so neither eager copies nor rendezvous transfers register per message.
   for (int i = 0; i < 2; ++i) {
@@ -55,7 +57,8 @@ Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
     p.length = capacity;
     ucs_status_t st = ucp_mem_map(net_.context(), &p, i == 0 ? &sendMemh_ : &recvMemh_);
     if (st != UCS_OK) {
-      return makeError(collSystemError, "UCX cannot register the %llu-byte ring for rank %d: %s; lower "
+      return makeError(collSystemError,
+                       "UCX cannot register the %llu-byte ring for rank %d: %s; lower "
                        "COLL_UCX_RING_BYTES or check the locked-memory limit (ulimit -l)",
                        static_cast<unsigned long long>(capacity), peer_, ucs_status_string(st));
     }
@@ -64,9 +67,10 @@ Status UcxConnection::allocate(uint64_t ringBytes, uint64_t messageBytes) {
 }
 
 UcxConnection::~UcxConnection() {
-  COLL_INFO(rank_, "UCX connection to rank %d: received %llu bytes, %llu of them applied in place to posted receives; "
-            "sent %llu bytes, %llu of them straight from the caller's memory", peer_,
-            static_cast<unsigned long long>(consumed_), static_cast<unsigned long long>(appliedInPlace_),
+  COLL_INFO(rank_,
+            "UCX connection to rank %d: received %llu bytes, %llu of them applied in place to posted receives; "
+            "sent %llu bytes, %llu of them straight from the caller's memory",
+            peer_, static_cast<unsigned long long>(consumed_), static_cast<unsigned long long>(appliedInPlace_),
             static_cast<unsigned long long>(committed_), static_cast<unsigned long long>(sentDirect_));
   net_.stopIdleProgress();  // teardown progresses the worker on this thread
   net_.forget(peer_);
@@ -74,8 +78,10 @@ UcxConnection::~UcxConnection() {
   if (outstanding_ > 0) {
     // UCX still holds requests into our rings (a peer that neither answers nor fails): leave the
     // rings and slots allocated; the callbacks see conn == nullptr and only free the request.
-    COLL_WARN(rank_, "UCX connection to rank %d: %llu request(s) still pending after %d ms at teardown; "
-              "leaving their buffers allocated", peer_, static_cast<unsigned long long>(outstanding_), kTeardownMs);
+    COLL_WARN(rank_,
+              "UCX connection to rank %d: %llu request(s) still pending after %d ms at teardown; "
+              "leaving their buffers allocated",
+              peer_, static_cast<unsigned long long>(outstanding_), kTeardownMs);
     net_.noteStuckRequests();
     ucxParkForever(sendRing_);
     ucxParkForever(recvRing_);
@@ -126,7 +132,8 @@ void UcxConnection::fail(Status status) {
 }
 
 void UcxConnection::onEndpointError(ucs_status_t status) {
-  fail(makeError(collRemoteError, "rank %d (%s) is unreachable over UCX (%s): it exited or the network between "
+  fail(makeError(collRemoteError,
+                 "rank %d (%s) is unreachable over UCX (%s): it exited or the network between "
                  "the hosts failed; check that rank's log (and COLL_UCX_TLS)",
                  peer_, peerName_.c_str(), ucs_status_string(status)));
 }
@@ -252,8 +259,10 @@ size_t UcxConnection::sendDirect(const std::byte* src, size_t bytes, size_t gran
           onEndpointError(UCS_PTR_STATUS(r));
         } else if (++directRefusals_ >= kDirectTrials && !directEverTaken_) {
           directSends_ = false;
-          COLL_INFO(rank_, "UCX connection to rank %d: UCX refused %d immediate sends in a row; sending through the "
-                    "ring only", peer_, kDirectTrials);
+          COLL_INFO(rank_,
+                    "UCX connection to rank %d: UCX refused %d immediate sends in a row; sending through the "
+                    "ring only",
+                    peer_, kDirectTrials);
         }
         break;
       }
@@ -313,7 +322,8 @@ void UcxConnection::onCredit(const CreditHeader& h) {
   // Untrusted: a credit may not release bytes or messages this side never sent.
   if (h.consumed > posted_ || h.messages > sendSeq_) {
     protocolError_ = true;
-    fail(makeError(collRemoteError, "rank %d (%s) sent a UCX credit for %llu bytes / %llu messages, but only %llu / "
+    fail(makeError(collRemoteError,
+                   "rank %d (%s) sent a UCX credit for %llu bytes / %llu messages, but only %llu / "
                    "%llu were sent; are both ranks running the same library version?",
                    peer_, peerName_.c_str(), static_cast<unsigned long long>(h.consumed),
                    static_cast<unsigned long long>(h.messages), static_cast<unsigned long long>(posted_),
@@ -346,10 +356,11 @@ void UcxConnection::advanceReceived() {
     if (s.state != 2 || s.seq != recvSeq_) return;
     if (s.pos != received_) {
       protocolError_ = true;
-      fail(makeError(collRemoteError, "rank %d (%s) sent UCX message %llu at stream position %llu, expected %llu; "
-                     "are both ranks running the same library version?", peer_, peerName_.c_str(),
-                     static_cast<unsigned long long>(s.seq), static_cast<unsigned long long>(s.pos),
-                     static_cast<unsigned long long>(received_)));
+      fail(makeError(collRemoteError,
+                     "rank %d (%s) sent UCX message %llu at stream position %llu, expected %llu; "
+                     "are both ranks running the same library version?",
+                     peer_, peerName_.c_str(), static_cast<unsigned long long>(s.seq),
+                     static_cast<unsigned long long>(s.pos), static_cast<unsigned long long>(received_)));
       return;
     }
     received_ = s.end;
@@ -392,9 +403,11 @@ void UcxConnection::onData(const DataHeader& h, void* data, size_t length, const
     if (rendezvous) ucp_am_data_release(net_.worker(), data);
     if (!error_.ok()) return;
     protocolError_ = true;
-    fail(makeError(collRemoteError, "rank %d (%s) sent a UCX message out of bounds (seq %llu, position %llu, %llu "
+    fail(makeError(collRemoteError,
+                   "rank %d (%s) sent a UCX message out of bounds (seq %llu, position %llu, %llu "
                    "bytes, %zu delivered; ring %llu, consumed %llu, received %llu); are both ranks running the same "
-                   "library version?", peer_, peerName_.c_str(), static_cast<unsigned long long>(h.seq),
+                   "library version?",
+                   peer_, peerName_.c_str(), static_cast<unsigned long long>(h.seq),
                    static_cast<unsigned long long>(h.pos), static_cast<unsigned long long>(h.len), length,
                    static_cast<unsigned long long>(ring_.capacity()), static_cast<unsigned long long>(consumed_),
                    static_cast<unsigned long long>(received_)));
@@ -456,8 +469,8 @@ Status UcxConnection::progress(bool* progressed) {
 
 Status UcxConnection::checkHealth() {
   if (error_.ok() && watchPid_ > 0 && kill(watchPid_, 0) != 0 && errno == ESRCH) {
-    fail(makeError(collRemoteError, "rank %d (%s, pid %d on this host) exited; check that rank's log for why",
-                   peer_, peerName_.c_str(), static_cast<int>(watchPid_)));
+    fail(makeError(collRemoteError, "rank %d (%s, pid %d on this host) exited; check that rank's log for why", peer_,
+                   peerName_.c_str(), static_cast<int>(watchPid_)));
   }
   return error_;
 }

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,20 +24,30 @@
 namespace coll {
 
 const StringKnob kUcxTls("COLL_UCX_TLS", "",
-                         "UCX transports for the ucx transport, passed to UCX as UCX_TLS (e.g. tcp, sm, rc,ud; ^ excludes). Unset: UCX_TLS from the environment, else all.",
+                         "UCX transports for the ucx transport, passed to UCX as UCX_TLS (e.g. tcp, sm, rc,ud; ^ "
+                         "excludes). Unset: UCX_TLS from the environment, else all.",
                          {KnobSection::Transports, 160});
-const BytesKnob kUcxRingBytes("COLL_UCX_RING_BYTES", "4M",
-                              "Send and receive ring per UCX connection; a sender never has more than this unconsumed at the receiver.",
-                              {KnobSection::Transports, 170});
-const BytesKnob kUcxMessageBytes("COLL_UCX_MESSAGE_BYTES", "1M",
-                                 "Largest UCX message the ring is cut into: bytes become visible to the receiver a whole message at a time, so smaller ones stream better; UCX sends large ones by rendezvous (zero-copy where it can).",
-                                 {KnobSection::Transports, 180});
+const BytesKnob kUcxRingBytes(
+    "COLL_UCX_RING_BYTES", "4M",
+    "Send and receive ring per UCX connection; a sender never has more than this unconsumed at the receiver.",
+    {KnobSection::Transports, 170});
+const BytesKnob kUcxMessageBytes(
+    "COLL_UCX_MESSAGE_BYTES", "1M",
+    "Largest UCX message the ring is cut into: bytes become visible to the receiver a whole message at a time, so "
+    "smaller ones stream better; UCX sends large ones by rendezvous (zero-copy where it can).",
+    {KnobSection::Transports, 180});
 const StringKnob kUcxProtocol("COLL_UCX_PROTOCOL", "auto",
-                              "How UCX sends ring messages: eager (copied through UCX's buffers), rndv (rendezvous: zero-copy, a handshake per message) or auto (UCX chooses by size).",
+                              "How UCX sends ring messages: eager (copied through UCX's buffers), rndv (rendezvous: "
+                              "zero-copy, a handshake per message) or auto (UCX chooses by size).",
                               {KnobSection::Transports, 190});
-const StringKnob kUcxConfig("COLL_UCX_CONFIG", "TX_SEG_SIZE=2M;RX_SEG_SIZE=2M;SNDBUF=4M;RCVBUF=4M",
-                            "UCX settings for the ucx transport's context, NAME=VALUE;... as UCX's ucp_config_modify takes them (UCX_ and a transport's prefix dropped: TX_SEG_SIZE sets UCX_TCP_TX_SEG_SIZE); they take precedence over UCX_* variables. The default gives UCX's tcp segments larger than a ring message (COLL_UCX_MESSAGE_BYTES), so a message travels in one segment instead of being reassembled in a buffer UCX allocates per message (the allocations went to mmap/munmap and halved the bandwidth), and larger socket buffers; none: UCX's own defaults.",
-                            {KnobSection::Transports, 200});
+const StringKnob kUcxConfig(
+    "COLL_UCX_CONFIG", "TX_SEG_SIZE=2M;RX_SEG_SIZE=2M;SNDBUF=4M;RCVBUF=4M",
+    "UCX settings for the ucx transport's context, NAME=VALUE;... as UCX's ucp_config_modify takes them (UCX_ and a "
+    "transport's prefix dropped: TX_SEG_SIZE sets UCX_TCP_TX_SEG_SIZE); they take precedence over UCX_* variables. The "
+    "default gives UCX's tcp segments larger than a ring message (COLL_UCX_MESSAGE_BYTES), so a message travels in one "
+    "segment instead of being reassembled in a buffer UCX allocates per message (the allocations went to mmap/munmap "
+    "and halved the bandwidth), and larger socket buffers; none: UCX's own defaults.",
+    {KnobSection::Transports, 200});
 
 namespace {
 
@@ -71,8 +81,10 @@ Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* 
     st = ucp_config_modify(config, "TLS", options.tls.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return makeError(collInvalidUsage, "COLL_UCX_TLS=%s is not a UCX transport list (UCX_TLS syntax, e.g. tcp or "
-                       "sm or rc,ud): %s", options.tls.c_str(), ucs_status_string(st));
+      return makeError(collInvalidUsage,
+                       "COLL_UCX_TLS=%s is not a UCX transport list (UCX_TLS syntax, e.g. tcp or "
+                       "sm or rc,ud): %s",
+                       options.tls.c_str(), ucs_status_string(st));
     }
   }
   std::string settings = options.config == "none" ? "" : options.config;
@@ -90,8 +102,10 @@ Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* 
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
       ucp_config_release(config);
-      return makeError(collInvalidUsage, "COLL_UCX_CONFIG: '%s' is not NAME=VALUE (e.g. TCP_SNDBUF=4M; none for UCX's "
-                       "defaults)", item.c_str());
+      return makeError(collInvalidUsage,
+                       "COLL_UCX_CONFIG: '%s' is not NAME=VALUE (e.g. TCP_SNDBUF=4M; none for UCX's "
+                       "defaults)",
+                       item.c_str());
     }
     st = ucp_config_modify(config, item.substr(0, eq).c_str(), item.substr(eq + 1).c_str());
     if (st != UCS_OK) {
@@ -105,9 +119,10 @@ Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* 
   st = ucp_init(&params, config, out);
   ucp_config_release(config);
   if (st != UCS_OK) {
-    return makeError(collSystemError, "UCX cannot initialise (ucp_init: %s) with transports %s; check COLL_UCX_TLS / "
-                     "UCX_TLS and `ucx_info -d`", ucs_status_string(st),
-                     options.tls.empty() ? "(UCX default)" : options.tls.c_str());
+    return makeError(collSystemError,
+                     "UCX cannot initialise (ucp_init: %s) with transports %s; check COLL_UCX_TLS / "
+                     "UCX_TLS and `ucx_info -d`",
+                     ucs_status_string(st), options.tls.empty() ? "(UCX default)" : options.tls.c_str());
   }
   return okStatus();
 }
@@ -151,7 +166,6 @@ std::string joined(const std::vector<std::string>& v) {
   for (const std::string& s : v) out += (out.empty() ? "" : ",") + s;
   return out;
 }
-
 
 }  // namespace
 
@@ -301,8 +315,10 @@ void UcxNet::leaveCall() {
     }
   }
   idleStop_ = true;
-  COLL_WARN(rank_, "UCX: no thread for idle progress (%s); a peer may wait for this rank's next call to receive "
-            "the end of its last one", why.c_str());
+  COLL_WARN(rank_,
+            "UCX: no thread for idle progress (%s); a peer may wait for this rank's next call to receive "
+            "the end of its last one",
+            why.c_str());
 }
 
 void UcxNet::idleProgress() {
@@ -381,7 +397,8 @@ UcxNet::~UcxNet() {
   if (stuckRequests_) {
     // A request still holds a registration of a ring (e.g. a rendezvous to a dead same-host
     // peer): UCX asserts when its context goes with a region in use, so both are left alive.
-    COLL_WARN(rank_, "UCX: requests to a failed peer never completed; leaving this communicator's UCX worker "
+    COLL_WARN(rank_,
+              "UCX: requests to a failed peer never completed; leaving this communicator's UCX worker "
               "and context allocated");
     ucxParkForever(worker_);
     ucxParkForever(context_);
@@ -392,8 +409,9 @@ UcxNet::~UcxNet() {
 }
 
 std::string UcxNet::describe() const {
-  const char* protocol = sendFlags_ == UCP_AM_SEND_FLAG_EAGER ? "eager"
-                         : sendFlags_ == UCP_AM_SEND_FLAG_RNDV ? "rndv" : "by size";
+  const char* protocol = sendFlags_ == UCP_AM_SEND_FLAG_EAGER  ? "eager"
+                         : sendFlags_ == UCP_AM_SEND_FLAG_RNDV ? "rndv"
+                                                               : "by size";
   return "ucx " + ucxVersion() + " (tls: " + (transports_.empty() ? "?" : transports_) + "; messages " + protocol +
          (options_.tls.empty() ? "" : "; COLL_UCX_TLS=" + options_.tls) + ")";
 }
@@ -496,8 +514,8 @@ Status UcxNet::sendHello(int peer, uint64_t ring, uint64_t message, Deadline dea
 Status UcxNet::createEndpoint(UcxConnection*, int peer, const std::string& peerName, const uint8_t* address,
                               ucp_ep_h* out) {
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.address = reinterpret_cast<const ucp_address_t*>(address);
   // A dead peer becomes an error callback on this endpoint instead of a hang. Its price on UCX
   // 1.13's tcp: peer mode drops tcp's put lanes, so rendezvous data travels as active-message
@@ -514,13 +532,17 @@ Status UcxNet::createEndpoint(UcxConnection*, int peer, const std::string& peerN
     st = ucp_ep_create(worker_, &ep, out);
   }
   if (st == UCS_OK && ep.err_mode == UCP_ERR_HANDLING_MODE_NONE) {
-    COLL_INFO(bootstrap_.rank(), "UCX to rank %d: no transport with peer failure detection; a same-host peer's exit "
-              "is detected through its pid", peer);
+    COLL_INFO(bootstrap_.rank(),
+              "UCX to rank %d: no transport with peer failure detection; a same-host peer's exit "
+              "is detected through its pid",
+              peer);
   }
   if (st != UCS_OK) {
-    return makeError(collRemoteError, "UCX cannot reach rank %d (%s): ucp_ep_create: %s; check COLL_UCX_TLS (now %s) "
+    return makeError(collRemoteError,
+                     "UCX cannot reach rank %d (%s): ucp_ep_create: %s; check COLL_UCX_TLS (now %s) "
                      "and that both hosts have a common UCX transport (`ucx_info -d`)",
-                     peer, peerName.c_str(), ucs_status_string(st), options_.tls.empty() ? "unset" : options_.tls.c_str());
+                     peer, peerName.c_str(), ucs_status_string(st),
+                     options_.tls.empty() ? "unset" : options_.tls.c_str());
   }
   return okStatus();
 }
@@ -537,9 +559,10 @@ Status UcxNet::pollReply(UcxConnection* conn, bool* ready) {
   Hello theirs{};
   COLL_TRY(parseHello(reply, peer, peerName, &theirs));
   if (theirs.ringBytes != conn->ringBytes() || theirs.messageBytes != conn->messageBytes()) {
-    return makeError(collRemoteError, "rank %d (%s) answered the UCX handshake with ring %llu / message %llu instead "
-                     "of %llu / %llu; are both ranks running the same library version?", peer, peerName.c_str(),
-                     static_cast<unsigned long long>(theirs.ringBytes),
+    return makeError(collRemoteError,
+                     "rank %d (%s) answered the UCX handshake with ring %llu / message %llu instead "
+                     "of %llu / %llu; are both ranks running the same library version?",
+                     peer, peerName.c_str(), static_cast<unsigned long long>(theirs.ringBytes),
                      static_cast<unsigned long long>(theirs.messageBytes),
                      static_cast<unsigned long long>(conn->ringBytes()),
                      static_cast<unsigned long long>(conn->messageBytes()));
@@ -557,7 +580,8 @@ Status UcxNet::connect(int peer, Deadline deadline, std::unique_ptr<Connection>*
   if (peer == me || peer < 0 || peer >= bootstrap_.nranks()) {
     return makeError(collInternalError, "rank %d: no UCX connection to rank %d", me, peer);
   }
-  if (byRank_[peer] != nullptr) return makeError(collInternalError, "rank %d: a second UCX connection to rank %d", me, peer);
+  if (byRank_[peer] != nullptr)
+    return makeError(collInternalError, "rank %d: a second UCX connection to rank %d", me, peer);
   const PeerInfo& info = bootstrap_.peer(peer);
   const std::string peerName = info.address.toString();
   const int32_t watchPid = info.hostHash == bootstrap_.peer(me).hostHash ? info.pid : 0;
@@ -579,8 +603,10 @@ Status UcxNet::connect(int peer, Deadline deadline, std::unique_ptr<Connection>*
     Hello theirs{};
     COLL_TRY(parseHello(msg, peer, peerName, &theirs));
     if (theirs.ringBytes != options_.ringBytes || theirs.messageBytes != options_.messageBytes) {
-      COLL_INFO(me, "UCX to rank %d: using its ring %llu / message %llu (COLL_UCX_RING_BYTES / COLL_UCX_MESSAGE_BYTES "
-                "differ here)", peer, static_cast<unsigned long long>(theirs.ringBytes),
+      COLL_INFO(me,
+                "UCX to rank %d: using its ring %llu / message %llu (COLL_UCX_RING_BYTES / COLL_UCX_MESSAGE_BYTES "
+                "differ here)",
+                peer, static_cast<unsigned long long>(theirs.ringBytes),
                 static_cast<unsigned long long>(theirs.messageBytes));
     }
     // The lower rank's sizes are used by both: it may already be sending with them.

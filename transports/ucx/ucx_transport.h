@@ -4,8 +4,8 @@
 
 #include <ucp/api/ucp.h>
 
-#include <cstddef>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "src/oob/bootstrap.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/oob/bootstrap.h"
 #include "transports/net.h"
 #include "transports/stream_ring.h"
 #include "transports/transport.h"
@@ -39,12 +39,12 @@ Status checkUcxHello(const uint8_t* bytes, size_t size, int peer);
 void ucxParkForever(const void* p);
 
 struct UcxOptions {
-  std::string tls;                       // COLL_UCX_TLS; empty = UCX's own choice
-  uint64_t ringBytes = 4ull << 20;       // COLL_UCX_RING_BYTES (each of send and receive)
-  uint64_t messageBytes = 1ull << 20;    // COLL_UCX_MESSAGE_BYTES
-  std::string protocol = "auto";          // COLL_UCX_PROTOCOL: auto, eager or rndv
-  std::string config;                     // COLL_UCX_CONFIG: NAME=VALUE;... for ucp_config_modify
-  bool configIsDefault = true;            // COLL_UCX_CONFIG unset: its default tunes UCX's tcp only
+  std::string tls;                     // COLL_UCX_TLS; empty = UCX's own choice
+  uint64_t ringBytes = 4ull << 20;     // COLL_UCX_RING_BYTES (each of send and receive)
+  uint64_t messageBytes = 1ull << 20;  // COLL_UCX_MESSAGE_BYTES
+  std::string protocol = "auto";       // COLL_UCX_PROTOCOL: auto, eager or rndv
+  std::string config;                  // COLL_UCX_CONFIG: NAME=VALUE;... for ucp_config_modify
+  bool configIsDefault = true;         // COLL_UCX_CONFIG unset: its default tunes UCX's tcp only
 };
 UcxOptions ucxOptionsFromConfig();
 
@@ -77,7 +77,9 @@ class UcxNet final : public NetTransport {
   Status pollReply(UcxConnection* conn, bool* ready);
   // Takes over a closing connection's endpoint: flushed (when healthy) and closed with the net.
   void retire(ucp_ep_h ep, bool flush);
-  void forget(int peer) { if (peer >= 0 && peer < static_cast<int>(byRank_.size())) byRank_[peer] = nullptr; }
+  void forget(int peer) {
+    if (peer >= 0 && peer < static_cast<int>(byRank_.size())) byRank_[peer] = nullptr;
+  }
   // A closing connection left requests UCX still holds (a dead peer that UCX cannot detect).
   void noteStuckRequests() { stuckRequests_ = true; }
 
@@ -132,7 +134,7 @@ class UcxNet final : public NetTransport {
   bool parked_ = false;             // ... and says so, so leaveCall notifies only then
   bool inCall_ = false;
   bool idleStop_ = false;
-  uint64_t calls_ = 0;  // calls entered, so the thread sees an owner that came and went
+  uint64_t calls_ = 0;   // calls entered, so the thread sees an owner that came and went
   int idleWakeFd_ = -1;  // eventfd: stops the thread's poll
   std::thread idleThread_;
 };
@@ -284,8 +286,8 @@ class UcxConnection final : public Connection {
   std::byte* recvRing_ = nullptr;
   ucp_mem_h sendMemh_ = nullptr;
   ucp_mem_h recvMemh_ = nullptr;
-  Status error_;          // the endpoint failed or the peer broke the protocol; checkHealth reports it
-  uint64_t events_ = 0;   // bumped by every handler: progress() reports whether anything happened
+  Status error_;         // the endpoint failed or the peer broke the protocol; checkHealth reports it
+  uint64_t events_ = 0;  // bumped by every handler: progress() reports whether anything happened
   uint64_t seenEvents_ = 0;
   uint64_t seenRound_ = 0;
   uint64_t outstanding_ = 0;  // UCX requests whose callbacks still reference this connection
@@ -301,8 +303,8 @@ class UcxConnection final : public Connection {
 
   // Receive side.
   uint64_t consumed_ = 0;
-  uint64_t received_ = 0;  // every byte before this has arrived
-  uint64_t recvSeq_ = 0;   // every message before this has arrived
+  uint64_t received_ = 0;        // every byte before this has arrived
+  uint64_t recvSeq_ = 0;         // every message before this has arrived
   uint64_t creditConsumed_ = 0;  // last values returned to the sender
   uint64_t creditMessages_ = 0;
   PostedRecv* post_ = nullptr;

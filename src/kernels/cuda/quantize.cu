@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "src/kernels/quantize_cuda.h"
 #include "src/kernels/cuda/quantize_kernels.cuh"
+#include "src/kernels/quantize_cuda.h"
 
 namespace coll::kernels::cuda {
 namespace {
@@ -25,8 +25,10 @@ unsigned gridFor(size_t threads) {
 Status launchStatus(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return okStatus();
-  return makeError(collUnhandledCudaError, "%s: kernel launch failed: %s (check that the GPU is sm_80 or newer and "
-                   "that the pointers are device memory)", what, cudaGetErrorString(err));
+  return makeError(collUnhandledCudaError,
+                   "%s: kernel launch failed: %s (check that the GPU is sm_80 or newer and "
+                   "that the pointers are device memory)",
+                   what, cudaGetErrorString(err));
 }
 
 template <int DT>
@@ -53,9 +55,11 @@ Status quantize4(void* out, const void* in, collDataType_t dtype, size_t count, 
                  uint64_t firstElement, float* residual, void* stream) {
   if (!quantType(dtype) || !validQuantBlockSize(params.blockSize) ||
       firstElement % static_cast<uint64_t>(params.blockSize) != 0) {
-    return makeError(collInvalidArgument, "quantize4 (CUDA): dtype %d / block size %d / first element %llu: need "
+    return makeError(collInvalidArgument,
+                     "quantize4 (CUDA): dtype %d / block size %d / first element %llu: need "
                      "float32, float16 or bfloat16, a block size of 32/64/128/256 and a first element that is a "
-                     "multiple of it", dtype, params.blockSize, static_cast<unsigned long long>(firstElement));
+                     "multiple of it",
+                     dtype, params.blockSize, static_cast<unsigned long long>(firstElement));
   }
   if (count == 0) return okStatus();
   const DeviceParams dp{static_cast<uint32_t>(params.seed), static_cast<uint32_t>(params.seed >> 32), params.rank,
@@ -80,8 +84,10 @@ Status quantize4(void* out, const void* in, collDataType_t dtype, size_t count, 
 
 Status dequantize4(void* out, collDataType_t dtype, const void* q, size_t count, int blockSize, void* stream) {
   if (!quantType(dtype) || !validQuantBlockSize(blockSize)) {
-    return makeError(collInvalidArgument, "dequantize4 (CUDA): dtype %d / block size %d: need float32, float16 or "
-                     "bfloat16 and a block size of 32/64/128/256", dtype, blockSize);
+    return makeError(collInvalidArgument,
+                     "dequantize4 (CUDA): dtype %d / block size %d: need float32, float16 or "
+                     "bfloat16 and a block size of 32/64/128/256",
+                     dtype, blockSize);
   }
   if (count == 0) return okStatus();
   const unsigned grid = gridFor((count + kPerThread - 1) / kPerThread);
@@ -95,17 +101,14 @@ Status dequantize4(void* out, collDataType_t dtype, const void* q, size_t count,
     case collBfloat16:
       dequantizeKernel<collBfloat16><<<grid, kThreads, 0, st>>>(out, qb, count, blockSize, vec, al2);
       break;
-    default:
-      dequantizeKernel<collFloat32><<<grid, kThreads, 0, st>>>(out, qb, count, blockSize, vec, al2);
-      break;
+    default: dequantizeKernel<collFloat32><<<grid, kThreads, 0, st>>>(out, qb, count, blockSize, vec, al2); break;
   }
   return launchStatus("dequantize4 (CUDA)");
 }
 
 Status dequantizeAccumulate4(float* acc, const void* q, size_t count, int blockSize, void* stream) {
   if (!validQuantBlockSize(blockSize)) {
-    return makeError(collInvalidArgument, "dequantizeAccumulate4 (CUDA): block size %d: need 32/64/128/256",
-                     blockSize);
+    return makeError(collInvalidArgument, "dequantizeAccumulate4 (CUDA): block size %d: need 32/64/128/256", blockSize);
   }
   if (count == 0) return okStatus();
   const unsigned grid = gridFor((count + kPerThread - 1) / kPerThread);

@@ -14,7 +14,6 @@
 
 namespace coll::kernels::cuda::dev {
 
-
 constexpr int kThreads = 256;  // threads per CUDA block
 constexpr uint32_t kCanonicalNan = 0x7fc00000u;
 
@@ -87,7 +86,7 @@ __device__ __forceinline__ void load8(const void* in, size_t i, float x[8]) {
   } else {
     const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(in) + i);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-COLL_CUDA_UNROLL
+    COLL_CUDA_UNROLL
     for (int k = 0; k < 4; ++k) {
       const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu), hi = static_cast<uint16_t>(w[k] >> 16);
       if constexpr (DT == collFloat16) {
@@ -103,7 +102,7 @@ COLL_CUDA_UNROLL
 
 __device__ __forceinline__ void philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1,
                                        uint32_t out[4]) {
-COLL_CUDA_UNROLL
+  COLL_CUDA_UNROLL
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += 0x9E3779B9u;
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
     if (full && vecIn) {
       load8<DT>(in, e, x);
     } else {
-COLL_CUDA_UNROLL
+      COLL_CUDA_UNROLL
       for (int k = 0; k < kPerThread; ++k) x[k] = e + k < count ? loadElem<DT>(in, e + k) : 0.0f;
     }
     if constexpr (Residual) {
@@ -164,17 +163,17 @@ COLL_CUDA_UNROLL
         const float4* p = reinterpret_cast<const float4*>(res + e);
         const float4 a = p[0], b = p[1];
         const float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-COLL_CUDA_UNROLL
+        COLL_CUDA_UNROLL
         for (int k = 0; k < kPerThread; ++k) x[k] = __fadd_rn(x[k], r[k]);
       } else {
-COLL_CUDA_UNROLL
+        COLL_CUDA_UNROLL
         for (int k = 0; k < kPerThread; ++k) {
           if (e + k < count) x[k] = __fadd_rn(x[k], res[e + k]);
         }
       }
     }
     uint32_t amax = 0;
-COLL_CUDA_UNROLL
+    COLL_CUDA_UNROLL
     for (int k = 0; k < kPerThread; ++k) amax = max(amax, __float_as_uint(x[k]) & 0x7fffffffu);
     for (int off = g / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(mask, amax, off));
 
@@ -183,12 +182,12 @@ COLL_CUDA_UNROLL
     float r[kPerThread];  // new residual
     if (amax >= 0x7f800000u) {
       sb = 0x7fc0u;
-COLL_CUDA_UNROLL
+      COLL_CUDA_UNROLL
       for (int k = 0; k < kPerThread; ++k) r[k] = 0.0f;
     } else {
       sb = floatToBf16Bits(__fdiv_rn(__uint_as_float(amax), 7.0f));
       if (sb == 0) {
-COLL_CUDA_UNROLL
+        COLL_CUDA_UNROLL
         for (int k = 0; k < kPerThread; ++k) r[k] = x[k];
       } else {
         const float s = __uint_as_float(static_cast<uint32_t>(sb) << 16);
@@ -199,7 +198,7 @@ COLL_CUDA_UNROLL
           philox(static_cast<uint32_t>(c + 1), static_cast<uint32_t>((c + 1) >> 32), dp.rank, dp.step, dp.k0, dp.k1,
                  w + 4);
         }
-COLL_CUDA_UNROLL
+        COLL_CUDA_UNROLL
         for (int k = 0; k < kPerThread; ++k) {
           const float v = __fdiv_rn(x[k], s);
           float q;
@@ -232,7 +231,7 @@ COLL_CUDA_UNROLL
         p[0] = make_float4(r[0], r[1], r[2], r[3]);
         p[1] = make_float4(r[4], r[5], r[6], r[7]);
       } else {
-COLL_CUDA_UNROLL
+        COLL_CUDA_UNROLL
         for (int k = 0; k < kPerThread; ++k) {
           if (e + k < count) res[e + k] = r[k];
         }
@@ -257,7 +256,7 @@ __device__ __forceinline__ void decode8(const uint8_t* q, size_t blk, int j, int
   }
   const bool finite = (sb & 0x7f80u) != 0x7f80u;
   const float s = __uint_as_float(static_cast<uint32_t>(sb) << 16);
-COLL_CUDA_UNROLL
+  COLL_CUDA_UNROLL
   for (int k = 0; k < 8; ++k) {
     const int level = static_cast<int>(((nib >> (4 * k)) & 0xfu) ^ 8u) - 8;
     v[k] = finite ? __fmul_rn(static_cast<float>(level), s) : __uint_as_float(kCanonicalNan);
@@ -287,7 +286,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     } else {
       uint16_t h[8];
-COLL_CUDA_UNROLL
+      COLL_CUDA_UNROLL
       for (int k = 0; k < 8; ++k) h[k] = DT == collFloat16 ? floatToHalfBits(v[k]) : floatToBf16Bits(v[k]);
       uint16_t* o = static_cast<uint16_t*>(out);
       if (full && vecOut) {
@@ -320,7 +319,7 @@ __global__ void __launch_bounds__(kThreads)
       const float4 a = p[0], b = p[1];
       const float in[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
       float r[8];
-COLL_CUDA_UNROLL
+      COLL_CUDA_UNROLL
       for (int k = 0; k < 8; ++k) {
         r[k] = __fadd_rn(in[k], v[k]);
         if (isnan(r[k])) r[k] = __uint_as_float(kCanonicalNan);
