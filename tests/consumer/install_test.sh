@@ -17,6 +17,9 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror "$src/tests/consumer/consumer.c" -o 
   $(pkg-config --cflags --libs collective)
 LD_LIBRARY_PATH="$libdir" "$tmp/consumer-pc"
 # The installed tools: collinfo names this version, collrun launches ranks.
-"$tmp/prefix/bin/collinfo" | grep -q "libcollective" || { echo "installed collinfo does not run"; exit 1; }
+# (Its output is kept, not piped: grep -q would exit at the first match and, under pipefail, the
+# SIGPIPE collinfo gets while still writing would fail the test.)
+info=$("$tmp/prefix/bin/collinfo") || { echo "installed collinfo does not run"; exit 1; }
+grep -q "libcollective" <<<"$info" || { echo "installed collinfo does not name libcollective"; exit 1; }
 "$tmp/prefix/bin/collrun" -np 2 /bin/true || { echo "installed collrun does not launch"; exit 1; }
 echo "install test: CMake package and pkg-config consumers ok"

@@ -1,9 +1,13 @@
 // The CUDA 4-bit quantization kernels themselves (device code only, no CUDA header): included by
 // quantize.cu, and by tests/unit/test_quantize.cc under a host emulation of the few CUDA builtins
 // used here, so CI checks them against the CPU kernels bit for bit without a GPU.
-// Needs, before inclusion: uint types, collDataType_t, float4/uint4/make_float4, threadIdx and
-// friends, __shfl_xor_sync, __umulhi, the __f*_rn intrinsics, rintf/floorf/fminf/fmaxf/isnan, max.
+// Needs, before inclusion: float4/uint4/make_float4, threadIdx and friends, __shfl_xor_sync,
+// __umulhi, the __f*_rn intrinsics, rintf/floorf/fminf/fmaxf/isnan, max.
 #pragma once
+
+#include <cstdint>
+
+#include "collective/collective.h"
 
 // nvcc unrolls; the host emulation in the tests has no such pragma (GCC would warn).
 #if defined(__CUDACC__)
