@@ -1,6 +1,7 @@
 // Direct all-gather over host-shared windows: every rank publishes its block once in its window,
 // every rank copies each peer's block straight out of the peer's window, round by round.
 #include "algorithms/algorithms.h"
+#include "src/base/align.h"
 
 #include <algorithm>
 
@@ -26,12 +27,12 @@ DirectAllGatherShape directAllGatherShape(uint64_t count, uint64_t elemBytes, ui
   }
   // Two buffers so a rank publishes round k+1 while its peers still read round k.
   uint64_t region = windowHalfBytes / 2;
-  region = region >= 4 * kAlign ? region / kAlign * kAlign : region / es * es;
+  region = region >= 4 * kAlign ? roundDown(region, kAlign) : roundDown(region, es);
   const uint64_t maxElems = std::max<uint64_t>(1, region / es);
-  sh.rounds = (count + maxElems - 1) / maxElems;
-  sh.roundElems = (count + sh.rounds - 1) / sh.rounds;
+  sh.rounds = ceilDiv(count, maxElems);
+  sh.roundElems = ceilDiv(count, sh.rounds);
   const uint64_t bytes = sh.roundElems * es;
-  sh.regionBytes = bytes >= 4 * kAlign ? (bytes + kAlign - 1) / kAlign * kAlign : bytes;
+  sh.regionBytes = bytes >= 4 * kAlign ? roundUp(bytes, kAlign) : bytes;
   sh.buffers = 2;
   sh.windowBytes = 2 * sh.regionBytes;
   return sh;

@@ -20,7 +20,7 @@ constexpr uint64_t kAlign = 64;
 uint64_t directMaxBytes(uint64_t windowHalfBytes, int32_t localSize) {
   // Layout: [input: B][pad to 64][result slice <= ceil(B / L) rounded up to one 8-byte element].
   const uint64_t l = static_cast<uint64_t>(std::max(1, localSize));
-  auto fits = [&](uint64_t b) { return roundUp(b, kAlign) + (b + l - 1) / l + 8 <= windowHalfBytes; };
+  auto fits = [&](uint64_t b) { return roundUp(b, kAlign) + ceilDiv(b, l) + 8 <= windowHalfBytes; };
   uint64_t lo = 0, hi = windowHalfBytes;
   if (!fits(0)) return 0;
   while (lo < hi) {

@@ -35,10 +35,10 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
   // Quantized data streams block by block: a block's record is sent once quantized, and used once
   // its bytes have arrived (dependencies between block counts and 8-byte units).
   const uint32_t rec = static_cast<uint32_t>(record);
-  const uint64_t S = roundUp((count + P - 1) / P, B);  // shard j = [lo(j), lo(j + 1)), whole blocks
+  const uint64_t S = roundUp(ceilDiv(count, P), B);  // shard j = [lo(j), lo(j + 1)), whole blocks
   auto lo = [&](int32_t j) { return std::min(static_cast<uint64_t>(j) * S, count); };
   auto elems = [&](int32_t j) { return lo(j + 1) - lo(j); };
-  auto blocks = [&](int32_t j) { return (elems(j) + B - 1) / B; };
+  auto blocks = [&](int32_t j) { return ceilDiv(elems(j), B); };
   // Quantized shards travel as 8-byte units (the executor's stream alignment).
   auto words = [&](int32_t j) { return (blocks(j) * record + 7) / 8; };
   const uint64_t stride = roundUp(S / B * record, 64);
@@ -163,7 +163,7 @@ void buildHierarchicalCompressedAllReduce(const Topology& topo, const CollArgs& 
   const uint64_t n = args.count, B = static_cast<uint64_t>(blockSize), es = dataTypeSize(args.dtype);
   // Local rank i owns chunk i of whole blocks (so the inter-host shards and the stochastic
   // counter line up with the tensor's blocks).
-  const uint64_t C = roundUp((n + static_cast<uint64_t>(L) - 1) / static_cast<uint64_t>(L), B);
+  const uint64_t C = roundUp(ceilDiv(n, static_cast<uint64_t>(L)), B);
   auto lo = [&](int32_t c) { return std::min(static_cast<uint64_t>(c) * C, n); };
   auto len = [&](int32_t c) { return lo(c + 1) - lo(c); };
 

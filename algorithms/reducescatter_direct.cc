@@ -1,6 +1,7 @@
 // Direct reduce-scatter over host-shared windows: every rank publishes the blocks its peers own,
 // each owner sums its block reading the peers' windows in local-rank order, round by round.
 #include "algorithms/algorithms.h"
+#include "src/base/align.h"
 
 #include <algorithm>
 #include <vector>
@@ -21,12 +22,12 @@ DirectReduceScatterShape directReduceScatterShape(uint64_t count, uint64_t elemB
   if (count == 0 || localSize <= 1) return sh;
   // Two buffers per peer so a rank copies round k+1 in while its peers still read round k.
   uint64_t region = windowHalfBytes / (2 * peers);
-  region = region >= 4 * kAlign ? region / kAlign * kAlign : region / es * es;
+  region = region >= 4 * kAlign ? roundDown(region, kAlign) : roundDown(region, es);
   const uint64_t maxElems = std::max<uint64_t>(1, region / es);
-  sh.rounds = (count + maxElems - 1) / maxElems;
-  sh.roundElems = (count + sh.rounds - 1) / sh.rounds;
+  sh.rounds = ceilDiv(count, maxElems);
+  sh.roundElems = ceilDiv(count, sh.rounds);
   const uint64_t bytes = sh.roundElems * es;
-  sh.regionBytes = sh.rounds > 1 && bytes >= 4 * kAlign ? (bytes + kAlign - 1) / kAlign * kAlign : bytes;
+  sh.regionBytes = sh.rounds > 1 && bytes >= 4 * kAlign ? roundUp(bytes, kAlign) : bytes;
   sh.buffers = sh.rounds > 1 ? 2 : 1;
   sh.windowBytes = static_cast<uint64_t>(sh.buffers) * peers * sh.regionBytes;
   return sh;

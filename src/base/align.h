@@ -7,8 +7,14 @@
 
 namespace coll {
 
+// v / d rounded up (d non-zero).
+constexpr uint64_t ceilDiv(uint64_t v, uint64_t d) { return (v + d - 1) / d; }
+
 // The smallest multiple of `to` (non-zero) that is not below `v`.
-constexpr uint64_t roundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+constexpr uint64_t roundUp(uint64_t v, uint64_t to) { return ceilDiv(v, to) * to; }
+
+// The largest multiple of `to` (non-zero) that is not above `v`.
+constexpr uint64_t roundDown(uint64_t v, uint64_t to) { return v / to * to; }
 
 constexpr bool isPow2(uint64_t v) { return std::has_single_bit(v); }
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "src/base/align.h"
 #include "src/base/log.h"
 #include "src/kernels/dispatch.h"
 #include "src/kernels/reduce.h"
@@ -215,7 +216,7 @@ bool validQuantBlockSize(int blockSize) {
 size_t quantizedBytes(size_t count, int blockSize) {
   if (!validQuantBlockSize(blockSize)) return 0;
   const size_t b = static_cast<size_t>(blockSize);
-  return (count + b - 1) / b * quantRecordBytes(blockSize);
+  return ceilDiv(count, b) * quantRecordBytes(blockSize);
 }
 
 namespace {
