@@ -48,12 +48,14 @@ int streamLanesFromConfig() {
   return v > kMaxStreamLanes ? kMaxStreamLanes : static_cast<int>(v);
 }
 
+Lanes::Lane::Lane(Lanes& lanes, int k)
+    : index(k), queue([&lanes, this](const Comm::Work& work) { return lanes.run(*this, work); }, lanes.stop_) {
+  queue.setIdentity(lanes.parent_.rank(), lanes.parent_.timeoutMs_, " on lane " + std::to_string(k));
+}
+
 Lanes::Lanes(Comm& parent, int count) : parent_(parent), count_(count) {
   lanes_.resize(static_cast<size_t>(count));
-  for (int k = 1; k < count; ++k) {
-    lanes_[k] = std::make_unique<Lane>();
-    lanes_[k]->index = k;
-  }
+  for (int k = 1; k < count; ++k) lanes_[k] = std::make_unique<Lane>(*this, k);
 }
 
 Lanes::~Lanes() { shutdown(); }
@@ -203,41 +205,14 @@ Status Lanes::run(Lane& lane, const Comm::Work& work) {
   return lane.child->execute(work);
 }
 
-void Lanes::loop(Lane& lane) {
-  for (;;) {
-    Comm::Work work;
-    {
-      std::unique_lock<std::mutex> lock(lane.mu);
-      lane.cv.wait(lock, [&] { return lane.stopping || !lane.queue.empty(); });
-      if (lane.queue.empty()) return;
-      work = std::move(lane.queue.front());
-      lane.queue.pop_front();
-    }
-    Status status;
-    if (work.stream) status = work.stream->waitTurn(work.ticket, parent_.callDeadline());
-    if (status.ok()) status = run(lane, work);
-    if (!status.ok())
-      COLL_WARN(parent_.rank(), "stream-ordered work on lane %d failed: %s", lane.index, status.message().c_str());
-    if (work.stream) work.stream->complete(work.ticket, status);
-  }
-}
-
 Status Lanes::enqueue(int k, Comm::Work work) {
-  Lane& lane = *lanes_[static_cast<size_t>(k)];
-  std::lock_guard<std::mutex> lock(lane.mu);
-  if (parent_.failure_.aborted() || stop_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
-  if (!lane.thread.joinable()) {
-    lane.thread = std::thread([this, &lane] { loop(lane); });
-    lane.threaded.store(true, std::memory_order_release);
-  }
-  lane.queue.push_back(std::move(work));
-  lane.cv.notify_one();
-  return okStatus();
+  if (parent_.failure_.aborted()) return makeError(collInvalidUsage, "the communicator was aborted");
+  return lanes_[static_cast<size_t>(k)]->queue.enqueue(std::move(work));
 }
 
 Status Lanes::runNow(int k, const CollArgs& args) {
   Lane& lane = *lanes_[static_cast<size_t>(k)];
-  if (!lane.threaded.load(std::memory_order_acquire)) {
+  if (!lane.queue.threaded()) {
     COLL_TRY(ready(lane));
     return lane.child->runNow(args);  // the child has no lanes and no progress thread: the fast path
   }
@@ -249,18 +224,15 @@ Status Lanes::runNow(int k, const CollArgs& args) {
 
 Status Lanes::runNow(int k, Comm::Work work) {
   Lane& lane = *lanes_[static_cast<size_t>(k)];
-  if (!lane.threaded.load(std::memory_order_acquire)) return run(lane, work);
-  auto done = std::make_shared<HostStream>();
-  work.stream = done;
-  work.ticket = done->enqueue();
-  COLL_TRY(enqueue(k, std::move(work)));
-  return done->synchronize(Deadline::afterMs(parent_.timeoutMs_ * 2));
+  if (lane.queue.threaded() && parent_.failure_.aborted())
+    return makeError(collInvalidUsage, "the communicator was aborted");
+  return lane.queue.runNow(std::move(work));
 }
 
 Status Lanes::drain() {
   Status first;
   for (int k = 1; k < count_; ++k) {
-    if (!lanes_[static_cast<size_t>(k)]->threaded.load(std::memory_order_acquire)) continue;
+    if (!lanes_[static_cast<size_t>(k)]->queue.threaded()) continue;
     Status s = runNow(k, Comm::Work{});
     if (!s.ok() && first.ok()) first = s;
   }
@@ -269,26 +241,13 @@ Status Lanes::drain() {
 
 void Lanes::abort() {
   stop_.store(true);
-  for (int k = 1; k < count_; ++k) {
-    Lane& lane = *lanes_[static_cast<size_t>(k)];
-    std::lock_guard<std::mutex> lock(lane.mu);
-    for (Comm::Work& w : lane.queue) {
-      if (w.stream) w.stream->complete(w.ticket, Status(collRemoteError, "the communicator was aborted"));
-    }
-    lane.queue.clear();
-  }
+  for (int k = 1; k < count_; ++k) lanes_[static_cast<size_t>(k)]->queue.abort();
   forEachChild([](Comm& child) { child.abort(); });
 }
 
 void Lanes::shutdown() {
   for (int k = 1; k < count_; ++k) {
-    Lane& lane = *lanes_[static_cast<size_t>(k)];
-    {
-      std::lock_guard<std::mutex> lock(lane.mu);
-      lane.stopping = true;
-      lane.cv.notify_all();
-    }
-    if (lane.thread.joinable()) lane.thread.join();
+    lanes_[static_cast<size_t>(k)]->queue.stop();
   }
   for (int k = 1; k < count_; ++k) {
     Lane& lane = *lanes_[static_cast<size_t>(k)];

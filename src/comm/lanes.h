@@ -4,18 +4,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "collective/collective.h"
 #include "src/base/status.h"
 #include "src/comm/comm.h"
+#include "src/comm/work_queue.h"
 
 namespace coll {
 
@@ -61,13 +59,10 @@ class Lanes {
 
  private:
   struct Lane {
+    Lane(Lanes& lanes, int k);
     int index = 0;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Comm::Work> queue;
-    bool stopping = false;
-    std::thread thread;
-    std::atomic<bool> threaded{false};
+    // The lane's stream-ordered work and its progress thread, as the communicator's own.
+    WorkQueue queue;
     // Touched only by whoever runs the lane's work: the caller while the lane has no thread,
     // then its progress thread (the handover is ordered by the queue's mutex).
     std::unique_ptr<Comm> child;
@@ -86,7 +81,6 @@ class Lanes {
   Status diagnoseTimeout(int peer, const Status& st);
   // Stop waiting: aborted, or the communicator failed (the reason, or okStatus to go on).
   Status interrupted();
-  void loop(Lane& lane);
 
   Comm& parent_;
   const int count_;

@@ -49,7 +49,7 @@ void WorkQueue::progressLoop() {
     Status status;
     if (work.stream) status = work.stream->waitTurn(work.ticket, Deadline::afterMs(timeoutMs_));
     if (status.ok()) status = execute_(work);
-    if (!status.ok()) COLL_WARN(rank_, "stream-ordered work failed: %s", status.message().c_str());
+    if (!status.ok()) COLL_WARN(rank_, "stream-ordered work%s failed: %s", label_.c_str(), status.message().c_str());
     if (work.stream) work.stream->complete(work.ticket, status);
   }
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -44,10 +45,11 @@ class WorkQueue {
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // The rank (for warnings) and the communicator's timeout (for waits).
-  void setIdentity(int rank, int64_t timeoutMs) {
+  // The rank and a name for warnings (" on lane 2"), and the communicator's timeout (for waits).
+  void setIdentity(int rank, int64_t timeoutMs, std::string label = {}) {
     rank_ = rank;
     timeoutMs_ = timeoutMs;
+    label_ = std::move(label);
   }
   // Whether the progress thread exists: once it does, every call goes through it, so calls on
   // one communicator never run concurrently.
@@ -69,6 +71,7 @@ class WorkQueue {
   const std::atomic<bool>& aborted_;
   int rank_ = -1;
   int64_t timeoutMs_ = 0;
+  std::string label_;
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<CommWork> queue_;
