@@ -200,13 +200,13 @@ Status Comm::collective(const CollArgs& args) {
     call.sendbuff = preMulStaging_.data();
     call.op = collSum;
   }
-  PlanChoice choice;
+  const PlanChoice* choice = nullptr;
   COLL_TRY(plans_.choosePlan(call, &choice));
   COLL_TRACE(rank(), "%s seq %llu count %llu dtype %d op %d root %d: %s, predicted %.1f us", collKindName(call.kind),
              static_cast<unsigned long long>(seq_ + 1), static_cast<unsigned long long>(call.count), call.dtype,
-             call.op, call.root, describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(),
-             choice.predictedSeconds * 1e6);
-  return runChecked(call, choice);
+             call.op, call.root, describeChoice(choice->algo, choice->options, choice->sliceBytes).c_str(),
+             choice->predictedSeconds * 1e6);
+  return runChecked(call, *choice);
 }
 
 Status Comm::runChecked(const CollArgs& args, const PlanChoice& choice) {
@@ -337,10 +337,10 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
   fused_.buffers.clear();
   size_t k = 0;
   for (; k < n && fusable(calls[k]) && !dependsOnEarlier(k); ++k) {
-    PlanChoice choice;
+    const PlanChoice* choice = nullptr;
     COLL_TRY(plans_.choosePlan(calls[k], &choice));
-    if (choice.roundElems != 0) break;
-    const Schedule& part = plans_.planFor(calls[k], choice).schedule;
+    if (choice->roundElems != 0) break;
+    const Schedule& part = plans_.planFor(calls[k], *choice).schedule;
     if (k > 0 && part.divisor != fused_.schedule.divisor) break;
     const uint64_t windowNeed = (fused_.schedule.windowBytes + 63) / 64 * 64 + part.windowBytes;
     if (part.usesWindows && (w == nullptr || windowNeed > w->halfBytes() ||
@@ -453,9 +453,9 @@ Status Comm::checkSameCall(const CollArgs& args) {
   CollArgs gather;
   gather.kind = CollKind::AllGather, gather.sendbuff = &mine, gather.recvbuff = all.data();
   gather.count = sizeof(CallFingerprint), gather.dtype = collUint8;
-  PlanChoice choice;
+  const PlanChoice* choice = nullptr;
   COLL_TRY(plans_.choosePlan(gather, &choice));
-  COLL_TRY(runChecked(gather, choice).withContext("COLL_CHECK"));
+  COLL_TRY(runChecked(gather, *choice).withContext("COLL_CHECK"));
   return describeCallMismatch(all);
 }
 

@@ -69,22 +69,25 @@ Status PlanCache::setInputs(bool haveWindows, uint64_t windowHalfBytes) {
   return okStatus();
 }
 
-Status PlanCache::choosePlan(const CollArgs& args, PlanChoice* out) {
+Status PlanCache::choosePlan(const CollArgs& args, const PlanChoice** out) {
   for (const ChoiceEntry& e : choices_) {
     if (e.kind == args.kind && e.count == args.count && e.dtype == args.dtype && e.op == args.op &&
         e.root == args.root) {
-      *out = e.choice;
+      *out = &e.choice;
       return okStatus();
     }
   }
-  COLL_TRY(planCollective(plannerInputs_, args, out));
-  ChoiceEntry entry{args.kind, args.count, args.dtype, args.op, args.root, *out};
+  ChoiceEntry entry{args.kind, args.count, args.dtype, args.op, args.root, PlanChoice{}};
+  COLL_TRY(planCollective(plannerInputs_, args, &entry.choice));
+  ChoiceEntry* kept;
   if (choices_.size() < kMaxChoices) {
-    choices_.push_back(entry);
+    kept = &choices_.emplace_back(entry);
   } else {
-    choices_[nextChoice_] = entry;
+    kept = &choices_[nextChoice_];
+    *kept = entry;
     nextChoice_ = (nextChoice_ + 1) % kMaxChoices;
   }
+  *out = &kept->choice;
   return okStatus();
 }
 

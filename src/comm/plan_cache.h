@@ -42,7 +42,9 @@ class PlanCache {
   // the communicator is set up (the link probe, which runs before, plans with planCollective), and
   // evaluating every algorithm's model on every call (about 0.3 us a call) added about 1 us to an
   // 8 B All-Reduce of 8 ranks on 2 CPUs (7.3 us automatic, 6.3 us direct forced).
-  Status choosePlan(const CollArgs& args, PlanChoice* out);
+  // *out points into the cache (no copy of the candidate list on the hot path) and stays valid
+  // until the next choosePlan.
+  Status choosePlan(const CollArgs& args, const PlanChoice** out);
   // The plan for this call shape, from the cache or built now (the only allocation on a new shape).
   // callCount: the whole call's count when `args` is one round of it (for the INFO log only).
   PlanEntry& planFor(const CollArgs& args, const PlanChoice& choice, uint64_t callCount = 0);
