@@ -1,9 +1,10 @@
 // Direct all-gather over host-shared windows: every rank publishes its block once in its window,
 // every rank copies each peer's block straight out of the peer's window, round by round.
 #include "algorithms/algorithms.h"
-#include "src/base/align.h"
 
 #include <algorithm>
+
+#include "src/base/align.h"
 
 namespace coll {
 

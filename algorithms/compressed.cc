@@ -40,7 +40,7 @@ std::vector<int32_t> addCompressedTwoShot(const RankGroup& g, BufRef in, BufRef 
   auto elems = [&](int32_t j) { return lo(j + 1) - lo(j); };
   auto blocks = [&](int32_t j) { return ceilDiv(elems(j), B); };
   // Quantized shards travel as 8-byte units (the executor's stream alignment).
-  auto words = [&](int32_t j) { return (blocks(j) * record + 7) / 8; };
+  auto words = [&](int32_t j) { return ceilDiv(blocks(j) * record, 8); };
   const uint64_t stride = roundUp(S / B * record, 64);
   const uint64_t base = takeScratch(s, 3 * P * stride + S * sizeof(float));
   auto sendQ = [&](int32_t j) { return scratchAt(base + static_cast<uint64_t>(j) * stride); };

@@ -1,10 +1,11 @@
 // Direct reduce-scatter over host-shared windows: every rank publishes the blocks its peers own,
 // each owner sums its block reading the peers' windows in local-rank order, round by round.
 #include "algorithms/algorithms.h"
-#include "src/base/align.h"
 
 #include <algorithm>
 #include <vector>
+
+#include "src/base/align.h"
 
 namespace coll {
 

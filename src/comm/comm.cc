@@ -342,7 +342,7 @@ Status Comm::runFusedPrefix(const CollArgs* calls, size_t n, size_t* used) {
     if (choice->roundElems != 0) break;
     const Schedule& part = plans_.planFor(calls[k], *choice).schedule;
     if (k > 0 && part.divisor != fused_.schedule.divisor) break;
-    const uint64_t windowNeed = (fused_.schedule.windowBytes + 63) / 64 * 64 + part.windowBytes;
+    const uint64_t windowNeed = fused_.schedule.windowBytesWith(part);
     if (part.usesWindows && (w == nullptr || windowNeed > w->halfBytes() ||
                              fused_.schedule.publishSlots + part.publishSlots > w->maxPublishSlots())) {
       break;

@@ -1,6 +1,5 @@
 // Schedule building helpers.
 #include "src/schedule/schedule.h"
-#include "src/base/align.h"
 
 #include <algorithm>
 
@@ -101,9 +100,8 @@ void Schedule::addSelfCopy(uint64_t count) {
 }
 
 void Schedule::append(const Schedule& part, int32_t sendExtra, int32_t recvExtra) {
-  constexpr uint64_t kAlign = 64;
-  const uint64_t scratchBase = roundUp(scratchBytes, kAlign);
-  const uint64_t windowBase = roundUp(windowBytes, kAlign);
+  const uint64_t scratchBase = roundUp(scratchBytes, kAppendAlign);
+  const uint64_t windowBase = roundUp(windowBytes, kAppendAlign);
   const int32_t stepBase = static_cast<int32_t>(steps.size());
   const int32_t slotBase = publishSlots;
   auto remap = [&](BufRef r) {

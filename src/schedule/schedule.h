@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collective/collective.h"
+#include "src/base/align.h"
 
 namespace coll {
 
@@ -137,6 +138,9 @@ struct Schedule {
   // bytes, progress slots and step indices move past this schedule's. Every rank fuses the same
   // calls in the same order, so peers' slots and streams line up. Call finalizePeers() after.
   void append(const Schedule& part, int32_t sendExtra, int32_t recvExtra);
+  // The window bytes this schedule needs once `part` is appended (its window starts aligned).
+  uint64_t windowBytesWith(const Schedule& part) const { return roundUp(windowBytes, kAppendAlign) + part.windowBytes; }
+  static constexpr uint64_t kAppendAlign = 64;  // where an appended part's scratch and window start
   // The whole plan of a rank that reduces with nobody: recv = send. The copy stays in in-place
   // plans too (the executor skips it when source and destination coincide), since plans are
   // reused with other pointers.

@@ -123,7 +123,9 @@ TEST(Executor, SlicingAndFusedReduce) {
         if (direct) {
           EXPECT_GT(sentDirect, 0u) << "ring " << ring << " slice " << slice;
           // A ring smaller than the data: the offers the connection refused went through it.
-          if (ring < n * 4) EXPECT_LT(sentDirect, n * 4) << "ring " << ring << " slice " << slice;
+          if (ring < n * 4) {
+            EXPECT_LT(sentDirect, n * 4) << "ring " << ring << " slice " << slice;
+          }
         } else {
           EXPECT_EQ(sentDirect, 0u);
         }
