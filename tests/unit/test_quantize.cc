@@ -4,90 +4,20 @@
 // counts, and every SIMD level bit-identical to the portable reference.
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "src/kernels/quantize.h"
 #include "src/kernels/reduce.h"
 
-// ---- host emulation of the CUDA builtins the kernels in quantize_kernels.cuh use -----------------
-// Each CUDA thread is a std::thread; the B/8 lanes that share a quantization block meet at a
-// barrier for __shfl_xor_sync. Slow, exact: IEEE float operations are what the device does with
-// -fmad=false -prec-div=true -ftz=false.
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-
-namespace coll::kernels::cuda::dev {
-
-struct EmuDim {
-  unsigned x = 0;
-};
-thread_local EmuDim threadIdx, blockIdx;
-EmuDim blockDim, gridDim;
-
-struct EmuGroup {
-  std::barrier<>* barrier = nullptr;
-  uint32_t slots[32] = {};
-};
-thread_local EmuGroup* tEmuGroup = nullptr;
-thread_local int tEmuLane = 0;
-
-struct float4 {
-  float x, y, z, w;
-};
-struct uint4 {
-  uint32_t x, y, z, w;
-};
-inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-inline uint32_t max(uint32_t a, uint32_t b) { return a > b ? a : b; }
-inline bool isnan(float f) { return std::isnan(f); }
-inline uint32_t __float_as_uint(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float __uint_as_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// volatile: each result is rounded to float on its own, as on the device (no host FMA fusion).
-inline float __fdiv_rn(float a, float b) {
-  volatile float r = a / b;
-  return r;
-}
-inline float __fadd_rn(float a, float b) {
-  volatile float r = a + b;
-  return r;
-}
-inline float __fsub_rn(float a, float b) {
-  volatile float r = a - b;
-  return r;
-}
-inline float __fmul_rn(float a, float b) {
-  volatile float r = a * b;
-  return r;
-}
-inline uint32_t __umulhi(uint32_t a, uint32_t b) { return static_cast<uint32_t>((uint64_t{a} * b) >> 32); }
-inline uint32_t __shfl_xor_sync(uint32_t, uint32_t v, int laneMask) {
-  EmuGroup& g = *tEmuGroup;
-  g.slots[tEmuLane] = v;
-  g.barrier->arrive_and_wait();
-  const uint32_t r = g.slots[tEmuLane ^ laneMask];
-  g.barrier->arrive_and_wait();
-  return r;
-}
-
-}  // namespace coll::kernels::cuda::dev
-
+// The CUDA kernels in quantize_kernels.cuh run on the host under the CUDA double's emulation of the
+// builtins (warps in lockstep for the shuffles).
+#include "tests/cuda_double/host_simt.h"
 #include "src/kernels/cuda/quantize_kernels.cuh"
 
 namespace coll::kernels {
@@ -628,38 +558,13 @@ TEST(Quantize, StochasticCounterCarryMatchesPortable) {
 
 namespace emu = cuda::dev;
 
-// Runs `kernel` as grid x block CUDA threads; lanes in groups of `group` run concurrently.
-template <class F>
-void emulateLaunch(unsigned grid, unsigned block, int group, F&& kernel) {
-  emu::gridDim.x = grid;
-  emu::blockDim.x = block;
-  if (group == 1) {  // no shuffles: one lane after another on this thread
-    for (unsigned b = 0; b < grid; ++b) {
-      for (unsigned t = 0; t < block; ++t) {
-        emu::threadIdx.x = t;
-        emu::blockIdx.x = b;
-        kernel();
-      }
-    }
-    return;
-  }
-  for (unsigned b = 0; b < grid; ++b) {
-    for (unsigned t0 = 0; t0 < block; t0 += static_cast<unsigned>(group)) {
-      std::barrier<> barrier(group);
-      emu::EmuGroup g;
-      g.barrier = &barrier;
-      std::vector<std::thread> lanes;
-      for (int l = 0; l < group; ++l) {
-        lanes.emplace_back([&, l] {
-          emu::threadIdx.x = t0 + static_cast<unsigned>(l);
-          emu::blockIdx.x = b;
-          emu::tEmuGroup = &g;
-          emu::tEmuLane = l;
-          kernel();
-        });
-      }
-      for (std::thread& th : lanes) th.join();
-    }
+// grid x block CUDA threads; with shuffles, each warp's lanes run together.
+void emulateLaunch(unsigned grid, unsigned block, bool shuffles, const std::function<void()>& kernel) {
+  const emu::EmuGeometry g{{grid, 1, 1}, {block, 1, 1}};
+  if (shuffles) {
+    emu::emuLaunchLockstep(g, kernel);
+  } else {
+    emu::emuLaunchSequential(g, kernel);
   }
 }
 
@@ -669,7 +574,7 @@ void emulateQuantize(std::vector<uint8_t>& q, const void* in, size_t n, const Qu
   const emu::DeviceParams dp{static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), p.rank,
                              static_cast<uint32_t>(p.step)};
   auto run = [&](auto kernel) {
-    emulateLaunch(2, 32, p.blockSize / 8, [&] { kernel(q.data(), in, n, p.blockSize, dp, first, res, vec, vec, vec); });
+    emulateLaunch(2, 32, true, [&] { kernel(q.data(), in, n, p.blockSize, dp, first, res, vec, vec, vec); });
   };
   if (p.stochastic) {
     if (res) {
@@ -727,13 +632,13 @@ TEST(Quantize, CudaKernelsEmulatedBitIdenticalToCpu) {
             auto kernel = ot == collFloat32   ? emu::dequantizeKernel<collFloat32>
                           : ot == collFloat16 ? emu::dequantizeKernel<collFloat16>
                                               : emu::dequantizeKernel<collBfloat16>;
-            emulateLaunch(2, 64, 1, [&] { kernel(oGpu.data(), qCpu.data(), n, b, vec, vec); });
+            emulateLaunch(2, 64, false, [&] { kernel(oGpu.data(), qCpu.data(), n, b, vec, vec); });
             ASSERT_EQ(oGpu, oCpu) << what << " dequantize to " << ot;
           }
           std::vector<float> accCpu(n, 0.75f), accGpu(n, 0.75f);
           accCpu[0] = accGpu[0] = floatOf(0xffc00001u);
           dequantizeAccumulate4(accCpu.data(), qCpu.data(), n, b);
-          emulateLaunch(2, 64, 1, [&] { emu::dequantizeAccumulateKernel(accGpu.data(), qCpu.data(), n, b, vec, vec); });
+          emulateLaunch(2, 64, false, [&] { emu::dequantizeAccumulateKernel(accGpu.data(), qCpu.data(), n, b, vec, vec); });
           ASSERT_EQ(0, std::memcmp(accGpu.data(), accCpu.data(), n * 4)) << what << " accumulate";
           ++cases;
         }

@@ -3,11 +3,14 @@
 // used here, so CI checks them against the CPU kernels bit for bit without a GPU.
 // Needs, before inclusion: float4/uint4/make_float4, threadIdx and friends, __shfl_xor_sync,
 // __umulhi, the __f*_rn intrinsics, rintf/floorf/fminf/fmaxf/isnan, max.
+// Each kernel is a __device__ body and a __global__ template that calls it: quantize.cu launches the
+// templates, device_kernels.cuh wraps the bodies in extern "C" kernels with fixed names.
 #pragma once
 
 #include <cstdint>
 
 #include "collective/collective.h"
+#include "src/kernels/device_kernel_abi.h"
 
 // nvcc unrolls; the host emulation in the tests has no such pragma (GCC would warn).
 #if defined(__CUDACC__)
@@ -25,9 +28,7 @@ constexpr uint32_t kCanonicalNan = 0x7fc00000u;
 // group of B/8 lanes (4..32) of one warp, which reduces amax with shuffles.
 constexpr int kPerThread = 8;
 
-struct DeviceParams {
-  uint32_t k0, k1, rank, step;
-};
+using DeviceParams = devabi::DevQuantParams;
 
 __device__ __forceinline__ float halfBitsToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -142,9 +143,8 @@ __device__ __forceinline__ void storeRecordBytes(uint8_t* p, uint32_t v, bool al
 }
 
 template <int DT, bool Stochastic, bool Residual>
-__global__ void __launch_bounds__(kThreads)
-    quantizeKernel(uint8_t* out, const void* in, size_t count, int bs, DeviceParams dp, uint64_t first, float* res,
-                   bool vecIn, bool vecRes, bool aligned2) {
+__device__ __forceinline__ void quantizeBody(uint8_t* out, const void* in, size_t count, int bs, DeviceParams dp,
+                                             uint64_t first, float* res, bool vecIn, bool vecRes, bool aligned2) {
   const int g = bs / kPerThread;
   const uint32_t mask = groupMask(g);
   const size_t rec = static_cast<size_t>(bs) / 2 + 2;
@@ -267,9 +267,16 @@ __device__ __forceinline__ void decode8(const uint8_t* q, size_t blk, int j, int
   }
 }
 
-template <int DT>
+template <int DT, bool Stochastic, bool Residual>
 __global__ void __launch_bounds__(kThreads)
-    dequantizeKernel(void* out, const uint8_t* q, size_t count, int bs, bool vecOut, bool aligned2) {
+    quantizeKernel(uint8_t* out, const void* in, size_t count, int bs, DeviceParams dp, uint64_t first, float* res,
+                   bool vecIn, bool vecRes, bool aligned2) {
+  quantizeBody<DT, Stochastic, Residual>(out, in, count, bs, dp, first, res, vecIn, vecRes, aligned2);
+}
+
+template <int DT>
+__device__ __forceinline__ void dequantizeBody(void* out, const uint8_t* q, size_t count, int bs, bool vecOut,
+                                               bool aligned2) {
   const int g = bs / kPerThread;
   const size_t total = (count + kPerThread - 1) / kPerThread;
   for (size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; tid < total;
@@ -307,8 +314,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int DT>
 __global__ void __launch_bounds__(kThreads)
-    dequantizeAccumulateKernel(float* acc, const uint8_t* q, size_t count, int bs, bool vecAcc, bool aligned2) {
+    dequantizeKernel(void* out, const uint8_t* q, size_t count, int bs, bool vecOut, bool aligned2) {
+  dequantizeBody<DT>(out, q, count, bs, vecOut, aligned2);
+}
+
+__device__ __forceinline__ void dequantizeAccumulateBody(float* acc, const uint8_t* q, size_t count, int bs,
+                                                         bool vecAcc, bool aligned2) {
   const int g = bs / kPerThread;
   const size_t total = (count + kPerThread - 1) / kPerThread;
   for (size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; tid < total;
@@ -338,6 +351,11 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    dequantizeAccumulateKernel(float* acc, const uint8_t* q, size_t count, int bs, bool vecAcc, bool aligned2) {
+  dequantizeAccumulateBody(acc, q, count, bs, vecAcc, aligned2);
 }
 
 }  // namespace coll::kernels::cuda::dev
