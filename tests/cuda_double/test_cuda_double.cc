@@ -375,6 +375,18 @@ TEST_F(CudaDouble, WaitValueBlocksUntilTheHostWritesIt) {
   EXPECT_EQ(d_->cuMemFreeHost(host), cu::kErrorInvalidValue);
 }
 
+// A stream whose worker waits forever on a value may be destroyed; the process still exits (the
+// word stays allocated: freeing it would be a fault of the waiting stream, as on a GPU).
+TEST_F(CudaDouble, DestroyedStreamBlockedOnAValueDoesNotHoldUpExit) {
+  void* host = nullptr;
+  ASSERT_EQ(d_->cuMemHostAlloc(&host, 4, cu::kMemHostAllocDeviceMap), cu::kSuccess);
+  __atomic_store_n(static_cast<uint32_t*>(host), 0u, __ATOMIC_RELEASE);
+  CUstream s = newStream(cu::kStreamNonBlocking);
+  ASSERT_EQ(d_->cuStreamWaitValue32(s, dev(host), 1, cu::kStreamWaitValueEq), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamQuery(s), cu::kErrorNotReady);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
 struct Attributes {
   CUcontext ctx = reinterpret_cast<CUcontext>(0x1234);
   unsigned int memType = 99;
