@@ -20,6 +20,7 @@ endmacro()
 coll_layer(public     DIRS include)  # the C API header: includes nothing of ours
 coll_layer(base       USES public DIRS src/base)
 coll_layer(kernels    USES base DIRS src/kernels src/kernels/cuda)
+coll_layer(gpu        USES kernels DIRS src/gpu)  # the CUDA driver (loaded at run time), memory kinds, device kernels
 coll_layer(topo       USES base DIRS src/topo)
 coll_layer(oob        USES topo DIRS src/oob)
 coll_layer(transports USES oob DIRS transports transports/shm transports/tcp transports/ucx:UCX transports/ib:IBVERBS)
@@ -27,14 +28,14 @@ coll_layer(schedule   USES transports DIRS src/schedule)
 coll_layer(algorithms USES schedule kernels DIRS algorithms)
 coll_layer(exec       USES algorithms DIRS src/exec)
 coll_layer(plan       USES exec DIRS src/plan)
-coll_layer(comm       USES plan DIRS src/comm)
+coll_layer(comm       USES plan gpu DIRS src/comm)
 coll_layer(api        USES comm DIRS src/api)
 # Beside the library: the NCCL net plugin (base, oob and transports only) and the programs on top.
 coll_layer(nccl_net   USES transports DIRS src/nccl_net)
 coll_layer(tools      USES api nccl_net DIRS bench tests)
 
 # libcollective: these layers' objects, in this order.
-set(COLL_LIBRARY_LAYERS base kernels topo oob transports schedule algorithms exec plan comm api)
+set(COLL_LIBRARY_LAYERS base kernels gpu topo oob transports schedule algorithms exec plan comm api)
 
 # Every layer a layer may include from (its USES, transitively), into COLL_LAYER_<name>_ALLOWED.
 foreach(layer ${COLL_LAYERS})

@@ -92,8 +92,14 @@ typedef enum COLL_ENUM_INT {
  *  - Host buffers: NULL runs the call now and returns when the result is in the receive buffer;
  *    otherwise a host stream made by collHostStreamCreate: the call is queued and returns at once,
  *    and the buffers belong to the library until the stream is synchronized.
- *  - GPU buffers (later release): a cudaStream_t exactly as NCCL takes it (0 = CUDA's legacy
- *    default stream). Any object pointer converts to void*, so callers pass cudaStream_t as is. */
+ *  - Device buffers (cudaMalloc, collMemAlloc, managed memory; pinned host memory may join them):
+ *    a cudaStream_t exactly as NCCL takes it (NULL = CUDA's legacy default stream;
+ *    cudaStreamPerThread works too). The call is queued on the stream and returns at once; the
+ *    result is ready when the stream reaches that point, and later work on the stream waits for
+ *    it. Errors found later are reported by collCommGetAsyncError. Calls inside CUDA graph capture
+ *    are refused (collInvalidUsage). CUDA is loaded at run time (COLL_CUDA_DRIVER): without it,
+ *    a stream that is not a host stream is an error.
+ *  Any object pointer converts to void*, so callers pass cudaStream_t as is. */
 typedef void* collStream_t;
 
 #define COLL_CONFIG_UNDEF_INT INT_MIN
@@ -141,6 +147,19 @@ COLL_API collResult_t collCommAbort(collComm_t comm);
 COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* asyncError);
 COLL_API collResult_t collCommCount(const collComm_t comm, int* count);
 COLL_API collResult_t collCommUserRank(const collComm_t comm, int* rank);
+/* The CUDA device the communicator uses: the current device when it was made (or its entry in
+ * collCommInitAll's list, or the device of its first call on device buffers); -1 for none. */
+COLL_API collResult_t collCommCuDevice(const collComm_t comm, int* device);
+
+/* Device memory on the current CUDA device (NCCL's ncclMemAlloc); freed by collMemFree. */
+COLL_API collResult_t collMemAlloc(void** ptr, size_t size);
+COLL_API collResult_t collMemFree(void* ptr);
+/* Registers a buffer with the communicator (NCCL's ncclCommRegister): *handle identifies it until
+ * collCommDeregister. The buffer is checked (device memory of the communicator's device, or host
+ * memory) and remembered; this release stages device buffers through host memory whether they are
+ * registered or not, so registration does not yet change how a call runs. */
+COLL_API collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, void** handle);
+COLL_API collResult_t collCommDeregister(const collComm_t comm, void* handle);
 
 /* Fault tolerance. A rank that detects a failed peer (process death, a stall past the timeout, a
  * cut link) tells every rank of the communicator, so each returns collRemoteError or collTimeout
@@ -174,6 +193,9 @@ COLL_API collResult_t collAllReduce(const void* sendbuff, void* recvbuff, size_t
  * the ones NCCL defines as in place). */
 COLL_API collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                                     int root, collComm_t comm, collStream_t stream);
+/* NCCL's legacy in-place broadcast: collBroadcast(buff, buff, ...). */
+COLL_API collResult_t collBcast(void* buff, size_t count, collDataType_t datatype, int root, collComm_t comm,
+                                collStream_t stream);
 COLL_API collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype,
                                  collRedOp_t op, int root, collComm_t comm, collStream_t stream);
 /* recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
@@ -250,8 +272,9 @@ COLL_API collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm);
  * rank). COLL_SPLIT_NOCOLOR returns *newcomm = NULL. Collective over comm. */
 #define COLL_SPLIT_NOCOLOR -1
 COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t* newcomm, collConfig_t* config);
-/* ndev communicators of one process (ranks 0..ndev-1), each to be used by its own thread.
- * devlist is reserved for GPUs and may be NULL for host ranks. */
+/* ndev communicators of one process (ranks 0..ndev-1), rank i on CUDA device devlist[i] (NULL:
+ * devices 0..ndev-1 where CUDA is present, none otherwise). One thread may drive them all inside
+ * a group (collGroupStart, one call per communicator, collGroupEnd), as with NCCL. */
 COLL_API collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist);
 
 /* Host streams. Work on one stream runs in issue order on the communicators' progress threads

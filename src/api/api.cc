@@ -17,6 +17,8 @@
 #include "src/comm/comm.h"
 #include "src/comm/shrink.h"
 #include "src/comm/stream.h"
+#include "src/gpu/cuda_driver.h"
+#include "src/gpu/memory.h"
 #include "src/kernels/quantize.h"
 #include "src/kernels/reduce.h"
 #include "src/oob/auth.h"
@@ -107,10 +109,18 @@ Status unregister(collComm_t handle, std::unique_ptr<Comm>* out) {
 
 // ---- groups ---------------------------------------------------------------------------------------
 
+// Where a call runs: on the host (now, or on a host stream) or on a CUDA stream (device buffers).
+struct Placement {
+  std::shared_ptr<HostStream> hostStream;
+  bool device = false;
+  CUstream cudaStream = nullptr;
+  int cudaDevice = -1;
+};
+
 struct QueuedCall {
   collComm_t comm;
   CollArgs args;  // Send/Recv: a point-to-point call (buffer in sendbuff/recvbuff)
-  std::shared_ptr<HostStream> stream;
+  Placement place;
 };
 thread_local int tGroupDepth = 0;
 thread_local std::vector<QueuedCall> tGroupCalls;
@@ -149,25 +159,6 @@ Status validateType(collDataType_t datatype) {
 
 bool reduces(CollKind kind) {
   return kind == CollKind::AllReduce || kind == CollKind::Reduce || kind == CollKind::ReduceScatter;
-}
-
-// How many elements each buffer of a call holds on this rank (0 = not used here), per NCCL.
-void bufferElements(const CollArgs& a, int rank, int nranks, uint64_t* sendElems, uint64_t* recvElems) {
-  const uint64_t n = static_cast<uint64_t>(nranks), c = a.count;
-  const bool root = rank == a.root;
-  switch (a.kind) {
-    case CollKind::AllReduce: *sendElems = c, *recvElems = c; break;
-    case CollKind::Broadcast: *sendElems = root ? c : 0, *recvElems = c; break;
-    case CollKind::Reduce: *sendElems = c, *recvElems = root ? c : 0; break;
-    case CollKind::AllGather: *sendElems = c, *recvElems = c * n; break;
-    case CollKind::ReduceScatter: *sendElems = c * n, *recvElems = c; break;
-    case CollKind::AlltoAll: *sendElems = c * n, *recvElems = c * n; break;
-    case CollKind::Gather: *sendElems = c, *recvElems = root ? c * n : 0; break;
-    case CollKind::Scatter: *sendElems = root ? c * n : 0, *recvElems = c; break;
-    case CollKind::Send: *sendElems = c, *recvElems = 0; break;
-    case CollKind::Recv: *sendElems = 0, *recvElems = c; break;
-    case CollKind::Barrier: *sendElems = 0, *recvElems = 0; break;
-  }
 }
 
 // The receive-buffer address at which the send buffer counts as in place (NCCL's rules), or
@@ -248,6 +239,127 @@ Status validateCall(Comm& comm, const CollArgs& a) {
   return okStatus();
 }
 
+// ---- memory kinds and streams ----------------------------------------------------------------------
+
+// The device of a CUDA stream (0 and the legacy / per-thread handles: the current context's).
+Status streamDevice(const gpu::CudaDriver& cu, CUstream stream, int* device) {
+  CUcontext ctx = nullptr;
+  CUresult r = cu.cuStreamGetCtx(stream, &ctx);
+  if (r != cu::kSuccess || ctx == nullptr) {
+    return makeError(collInvalidArgument,
+                     "stream %p is neither a host stream (collHostStreamCreate) nor a CUDA stream the driver knows "
+                     "(%s)",
+                     static_cast<void*>(stream), gpu::cudaCheck(r, "cuStreamGetCtx").message().c_str());
+  }
+  COLL_TRY(gpu::cudaCheck(cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent"));
+  CUdevice dev = -1;
+  r = cu.cuCtxGetDevice(&dev);
+  CUcontext popped = nullptr;
+  (void)cu.cuCtxPopCurrent(&popped);
+  COLL_TRY(gpu::cudaCheck(r, "cuCtxGetDevice"));
+  *device = dev;
+  return okStatus();
+}
+
+bool specialStream(collStream_t s) {
+  return s == nullptr || s == static_cast<void*>(cu::legacyStream()) || s == static_cast<void*>(cu::perThreadStream());
+}
+
+// Decides where a validated call runs from where its buffers live (asked of the CUDA driver) and
+// what its stream is, and refuses the combinations NCCL refuses, before anything is touched.
+Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* out) {
+  const char* what = collKindName(a.kind);
+  *out = Placement{};
+  if (stream != nullptr && findHostStream(stream, &out->hostStream).ok()) {
+    // A host stream: handled below like NULL, except that device buffers are refused.
+  } else {
+    out->hostStream.reset();
+  }
+  std::string why;
+  const gpu::CudaDriver* cu = gpu::cudaDriver(&why);
+  uint64_t sendElems = 0, recvElems = 0;
+  bufferElements(a, comm.rank(), comm.nranks(), &sendElems, &recvElems);
+  const size_t es = a.kind == CollKind::Barrier ? 1 : dataTypeSize(a.dtype);
+  struct Buf {
+    const char* name;
+    const void* ptr;
+    uint64_t bytes;
+    gpu::MemInfo info;
+  } bufs[2] = {{"sendbuff", a.sendbuff, sendElems * es, {}}, {"recvbuff", a.recvbuff, recvElems * es, {}}};
+  bool anyDevice = false;
+  int device = -1;
+  for (Buf& b : bufs) {
+    if (b.bytes == 0 || b.ptr == nullptr) continue;
+    COLL_TRY(gpu::classifyPointer(cu, b.ptr, &b.info).withContext(std::string(what) + ": " + b.name));
+    if (gpu::onDevice(b.info.kind)) {
+      if (anyDevice && b.info.device != device) {
+        return makeError(collInvalidArgument, "%s: sendbuff is on CUDA device %d but recvbuff on device %d", what,
+                         device, b.info.device);
+      }
+      anyDevice = true;
+      device = b.info.device;
+      const uintptr_t p = reinterpret_cast<uintptr_t>(b.ptr);
+      if (b.info.rangeSize > 0 && p + b.bytes > b.info.rangeStart + b.info.rangeSize) {
+        return makeError(collInvalidArgument,
+                         "%s: %s %p holds %llu bytes for this call, past the end of its allocation (%zu bytes at "
+                         "%#llx)",
+                         what, b.name, b.ptr, static_cast<unsigned long long>(b.bytes), b.info.rangeSize,
+                         static_cast<unsigned long long>(b.info.rangeStart));
+      }
+    }
+  }
+  const bool cudaStream = stream != nullptr && !out->hostStream;
+  if (!anyDevice && !cudaStream) return okStatus();  // host buffers, NULL or a host stream: the host path
+  if (cu == nullptr) {
+    return makeError(collInvalidArgument,
+                     "%s: stream %p is not a host stream (collHostStreamCreate), and CUDA is not available here "
+                     "(%s)",
+                     what, stream, why.c_str());
+  }
+  if (anyDevice && out->hostStream) {
+    return makeError(collInvalidArgument,
+                     "%s: the buffers are CUDA device memory but the stream is a host stream: pass a cudaStream_t "
+                     "(or NULL for the default stream)",
+                     what);
+  }
+  for (const Buf& b : bufs) {
+    if (b.bytes == 0 || b.ptr == nullptr || b.info.kind != gpu::MemKind::Host) continue;
+    if (anyDevice) {
+      return makeError(collInvalidArgument,
+                       "%s: %s %p is host memory while the other buffer is device memory on device %d; both must be "
+                       "device memory (or pinned host memory)",
+                       what, b.name, b.ptr, device);
+    }
+    return makeError(collInvalidArgument,
+                     "%s: %s %p is not memory CUDA can reach (ordinary host memory, or a freed device buffer), but "
+                     "the stream is a CUDA stream: pass device memory, register the buffer (cudaHostRegister), or "
+                     "use a host stream",
+                     what, b.name, b.ptr);
+  }
+  // The stream's device must be the buffers' (the current device's for the default streams).
+  const CUstream cs = static_cast<CUstream>(stream);
+  if (specialStream(stream)) {
+    if (device < 0) device = comm.cudaDevice() >= 0 ? comm.cudaDevice() : 0;
+    COLL_TRY(gpu::setCurrentDevice(*cu, device));
+  } else {
+    int sd = -1;
+    COLL_TRY(streamDevice(*cu, cs, &sd).withContext(what));
+    if (device >= 0 && sd != device) {
+      return makeError(collInvalidArgument, "%s: stream %p belongs to CUDA device %d but the buffers are on device %d",
+                       what, stream, sd, device);
+    }
+    device = sd;
+  }
+  if (comm.cudaDevice() >= 0 && comm.cudaDevice() != device) {
+    return makeError(collInvalidArgument, "%s: the buffers are on CUDA device %d, but the communicator uses device %d",
+                     what, device, comm.cudaDevice());
+  }
+  out->device = true;
+  out->cudaStream = cs;
+  out->cudaDevice = device;
+  return okStatus();
+}
+
 Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, const CommConfig& config) {
   if (out == nullptr) return makeError(collInvalidArgument, "comm (output pointer) is NULL");
   *out = nullptr;
@@ -282,29 +394,36 @@ collResult_t submit(collComm_t handle, const CollArgs& args, collStream_t stream
   Status s = lookup(handle, &c);
   if (!s.ok()) return report(s);
   s = validateCall(*c, args);
-  std::shared_ptr<HostStream> hostStream;
-  if (s.ok() && stream != nullptr) s = findHostStream(stream, &hostStream);
+  Placement place;
+  if (s.ok()) s = placeCall(*c, args, stream, &place);
   if (!s.ok()) return report(s, c->rank());
   if (tGroupDepth > 0) {
-    tGroupCalls.push_back(QueuedCall{handle, args, std::move(hostStream)});
+    tGroupCalls.push_back(QueuedCall{handle, args, std::move(place)});
     return collSuccess;
   }
   if (!worthRunning(args)) return collSuccess;
-  if (!hostStream) return report(c->runNow(args), c->rank());
+  if (!place.device && !place.hostStream) return report(c->runNow(args), c->rank());
   Comm::Work work;
   if (isP2p(args)) work.p2p.push_back(Comm::p2pCallOf(args));
   else work.collectives.push_back(args);
-  return report(dispatch(*c, std::move(work), hostStream), c->rank());
+  if (place.device) return report(c->enqueueDevice(std::move(work), place.cudaStream, place.cudaDevice), c->rank());
+  return report(dispatch(*c, std::move(work), place.hostStream), c->rank());
 }
 
 // A group: per communicator (in order of first appearance), its collectives in issue order
 // (every rank issues them in the same order), then its point-to-point calls as one batch that
 // progresses together, so any mix of sends and receives completes. All calls of a group share
 // one stream (or none).
+//
+// Several communicators driven from one thread (collCommInitAll's, one per device) are each other's
+// peers: with no stream, their work goes to their progress threads together and the group waits
+// for all of it, so no communicator's collective waits for one this thread has not started.
 Status runGroup(std::vector<QueuedCall>& calls) {
   if (calls.empty()) return okStatus();
+  const Placement& place = calls.front().place;
   for (const QueuedCall& call : calls) {
-    if (call.stream != calls.front().stream) {
+    if (call.place.hostStream != place.hostStream || call.place.device != place.device ||
+        call.place.cudaStream != place.cudaStream) {
       return makeError(collInvalidUsage, "the calls of one group must use the same stream");
     }
   }
@@ -312,6 +431,9 @@ Status runGroup(std::vector<QueuedCall>& calls) {
   for (const QueuedCall& call : calls) {
     if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) comms.push_back(call.comm);
   }
+  const bool together = !place.device && !place.hostStream && comms.size() > 1;
+  std::vector<std::shared_ptr<HostStream>> completions;
+  int64_t waitMs = 0;
   Status first;
   for (collComm_t handle : comms) {
     Comm::Work work;
@@ -322,7 +444,21 @@ Status runGroup(std::vector<QueuedCall>& calls) {
     }
     Comm* c = nullptr;
     Status s = lookup(handle, &c);
-    if (s.ok()) s = dispatch(*c, std::move(work), calls.front().stream);
+    if (s.ok() && place.device) {
+      if (!work.collectives.empty() || !work.p2p.empty()) s = c->enqueueDevice(std::move(work), place.cudaStream,
+                                                                               place.cudaDevice);
+    } else if (s.ok() && together) {
+      auto done = std::make_shared<HostStream>();
+      completions.push_back(done);
+      waitMs = std::max<int64_t>(waitMs, c->config().timeoutMs > 0 ? c->config().timeoutMs : defaultTimeoutMs());
+      s = dispatch(*c, std::move(work), done);
+    } else if (s.ok()) {
+      s = dispatch(*c, std::move(work), place.hostStream);
+    }
+    if (!s.ok() && first.ok()) first = s;
+  }
+  for (const auto& done : completions) {
+    Status s = done->synchronize(Deadline::afterMs(2 * waitMs));
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
@@ -494,6 +630,115 @@ collResult_t collCommUserRank(const collComm_t comm, int* rank) {
   return collSuccess;
 }
 
+collResult_t collCommCuDevice(const collComm_t comm, int* device) {
+  if (device == nullptr) return report(makeError(collInvalidArgument, "collCommCuDevice: device is NULL"));
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  *device = c->cudaDevice();
+  return collSuccess;
+}
+
+collResult_t collMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return report(makeError(collInvalidArgument, "collMemAlloc: ptr is NULL"));
+  *ptr = nullptr;
+  if (size == 0) return report(makeError(collInvalidArgument, "collMemAlloc: size is 0"));
+  std::string why;
+  const gpu::CudaDriver* cu = gpu::cudaDriver(&why);
+  if (cu == nullptr) return report(makeError(collInvalidUsage, "collMemAlloc: CUDA is not available: %s", why.c_str()));
+  // The current device, as cudaMalloc would use (device 0 when this thread has no context yet).
+  CUcontext ctx = nullptr;
+  if (cu->cuCtxGetCurrent(&ctx) != cu::kSuccess || ctx == nullptr) {
+    Status s = gpu::setCurrentDevice(*cu, 0);
+    if (!s.ok()) return report(s.withContext("collMemAlloc"));
+  }
+  CUdeviceptr p = 0;
+  Status s = gpu::cudaCheck(cu->cuMemAlloc(&p, size), "collMemAlloc: cuMemAlloc");
+  if (!s.ok()) return report(s);
+  *ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+  return collSuccess;
+}
+
+collResult_t collMemFree(void* ptr) {
+  if (ptr == nullptr) return collSuccess;
+  std::string why;
+  const gpu::CudaDriver* cu = gpu::cudaDriver(&why);
+  if (cu == nullptr) return report(makeError(collInvalidUsage, "collMemFree: CUDA is not available: %s", why.c_str()));
+  gpu::MemInfo info;
+  Status s = gpu::classifyPointer(cu, ptr, &info);
+  if (s.ok() && info.kind != gpu::MemKind::Device) {
+    s = makeError(collInvalidArgument, "collMemFree: %p is %s, not device memory from collMemAlloc", ptr,
+                  gpu::memKindName(info.kind));
+  }
+  if (s.ok()) s = gpu::cudaCheck(cu->cuMemFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr))),
+                                 "collMemFree: cuMemFree");
+  return report(s);
+}
+
+}  // extern "C"
+
+namespace {
+struct Registration {
+  collComm_t comm;
+  void* buff;
+  size_t size;
+  gpu::MemKind kind;
+};
+std::mutex gRegistrationsMu;
+std::vector<std::unique_ptr<Registration>>& registrations() {
+  static auto* all = new std::vector<std::unique_ptr<Registration>>();  // never destroyed: safe at exit
+  return *all;
+}
+}  // namespace
+
+extern "C" {
+
+collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, void** handle) {
+  if (handle == nullptr) return report(makeError(collInvalidArgument, "collCommRegister: handle is NULL"));
+  *handle = nullptr;
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  if (buff == nullptr || size == 0) {
+    return report(makeError(collInvalidArgument, "collCommRegister: buff is NULL or size is 0"), c->rank());
+  }
+  gpu::MemInfo info;
+  s = gpu::classifyPointer(gpu::cudaDriver(), buff, &info);
+  if (s.ok() && gpu::onDevice(info.kind)) {
+    if (c->cudaDevice() >= 0 && info.device != c->cudaDevice()) {
+      s = makeError(collInvalidArgument, "collCommRegister: buff is on CUDA device %d, the communicator uses %d",
+                    info.device, c->cudaDevice());
+    } else if (info.rangeSize > 0 &&
+               reinterpret_cast<uintptr_t>(buff) + size > info.rangeStart + info.rangeSize) {
+      s = makeError(collInvalidArgument, "collCommRegister: %zu bytes at %p run past the end of the allocation", size,
+                    buff);
+    }
+  }
+  if (!s.ok()) return report(s.withContext("collCommRegister"), c->rank());
+  auto reg = std::make_unique<Registration>(Registration{comm, buff, size, info.kind});
+  std::lock_guard<std::mutex> lock(gRegistrationsMu);
+  *handle = reg.get();
+  registrations().push_back(std::move(reg));
+  return collSuccess;
+}
+
+collResult_t collCommDeregister(const collComm_t comm, void* handle) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  std::lock_guard<std::mutex> lock(gRegistrationsMu);
+  auto& all = registrations();
+  for (auto it = all.begin(); it != all.end(); ++it) {
+    if (it->get() == handle && (*it)->comm == comm) {
+      all.erase(it);
+      return collSuccess;
+    }
+  }
+  return report(makeError(collInvalidArgument, "collCommDeregister: %p is not a registration of this communicator",
+                          handle),
+                c->rank());
+}
+
 // ---- fault tolerance (collCommShrink lives in src/comm/shrink.cc) -------------------------------
 
 collResult_t collCommGetFailedRanks(collComm_t comm, int* ranks, int maxRanks, int* count) {
@@ -640,6 +885,11 @@ collResult_t collBroadcast(const void* sendbuff, void* recvbuff, size_t count, c
   a.kind = CollKind::Broadcast, a.sendbuff = sendbuff, a.recvbuff = recvbuff, a.count = count;
   a.dtype = datatype, a.root = root;
   return submit(comm, a, stream);
+}
+
+collResult_t collBcast(void* buff, size_t count, collDataType_t datatype, int root, collComm_t comm,
+                       collStream_t stream) {
+  return collBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
 collResult_t collReduce(const void* sendbuff, void* recvbuff, size_t count, collDataType_t datatype, collRedOp_t op,
@@ -814,9 +1064,26 @@ collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int exclud
 }
 
 collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist) {
-  (void)devlist;  // host ranks: no devices to bind
   if (comms == nullptr) return report(makeError(collInvalidArgument, "collCommInitAll: comms is NULL"));
   if (ndev < 1) return report(makeError(collInvalidArgument, "collCommInitAll: ndev %d must be >= 1", ndev));
+  // Devices: devlist, else 0..ndev-1 where CUDA has that many, else none (host ranks).
+  std::string why;
+  const gpu::CudaDriver* cu = gpu::cudaDriver(&why);
+  std::vector<int> devices(static_cast<size_t>(ndev), -1);
+  for (int r = 0; r < ndev; ++r) {
+    if (devlist != nullptr) {
+      if (cu == nullptr) {
+        return report(makeError(collInvalidArgument, "collCommInitAll: a device list without CUDA (%s)", why.c_str()));
+      }
+      if (devlist[r] < 0 || devlist[r] >= cu->deviceCount) {
+        return report(makeError(collInvalidArgument, "collCommInitAll: devlist[%d] = %d, but there are %d device(s)",
+                                r, devlist[r], cu->deviceCount));
+      }
+      devices[r] = devlist[r];
+    } else if (cu != nullptr && ndev <= cu->deviceCount) {
+      devices[r] = r;
+    }
+  }
   collUniqueId id;
   Secret secret;
   Status s = randomSecret(&secret);
@@ -825,7 +1092,11 @@ collResult_t collCommInitAll(collComm_t* comms, int ndev, const int* devlist) {
   std::vector<Status> results(ndev);
   std::vector<std::thread> threads;
   for (int r = 0; r < ndev; ++r) {
-    threads.emplace_back([&, r] { results[r] = initComm(&comms[r], ndev, id, r, CommConfig{}); });
+    threads.emplace_back([&, r] {
+      results[r] = initComm(&comms[r], ndev, id, r, CommConfig{});
+      Comm* c = nullptr;
+      if (results[r].ok() && devices[r] >= 0 && lookup(comms[r], &c).ok()) results[r] = c->bindDevice(devices[r]);
+    });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < ndev; ++r) {

@@ -25,6 +25,7 @@ Comm::Comm()
 Comm::~Comm() {
   stopLanes();  // the lanes' queued work first: it may wait (stream order) for lane 0's
   queue_.stop();
+  device_.reset();  // after the progress thread: releases any stream still waiting
   failure_.stop();  // notices out before our connections close; no handler calls after this
   // Connections first (they may reference shared memory), then the host segments, then the
   // bootstrap (its listener thread).
@@ -73,6 +74,14 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
 
   COLL_TRY(setupPlanner());
   startLanes();
+  // As NCCL: a communicator made while a CUDA context is current uses that context's device.
+  if (const gpu::CudaDriver* cu = laneParent_ ? nullptr : gpu::cudaDriver()) {
+    CUcontext ctx = nullptr;
+    CUdevice dev = -1;
+    if (cu->cuCtxGetCurrent(&ctx) == cu::kSuccess && ctx != nullptr && cu->cuCtxGetDevice(&dev) == cu::kSuccess) {
+      cudaDevice_.store(dev);
+    }
+  }
   return okStatus();
 }
 
@@ -112,6 +121,11 @@ void Comm::abort() {
   abortLanes();
   // Queued work that has not started is dropped: its streams learn of the abort.
   queue_.abort();
+  {
+    // Every CUDA stream waiting on this communicator moves on (the results are undefined).
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (device_) device_->gate().releaseAll();
+  }
   if (bootstrap_) bootstrap_->abort();
   failure_.fail(Status(collRemoteError, "the communicator was aborted"));
 }
@@ -278,6 +292,7 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
 }
 
 Status Comm::execute(const Work& work) {
+  if (work.gate.seq != 0) return executeOnDevice(work);
   Status first;
   const std::vector<CollArgs>& calls = work.collectives;
   if (checkCalls_) {
@@ -430,6 +445,64 @@ Status Comm::runNow(Work work) {
 }
 
 Status Comm::runNowHere(Work work) { return queue_.runNow(std::move(work)); }
+
+Status Comm::bindDevice(int device) {
+  int expected = -1;
+  if (cudaDevice_.compare_exchange_strong(expected, device) || expected == device) return okStatus();
+  return makeError(collInvalidArgument, "the buffers are on CUDA device %d, but the communicator uses device %d",
+                   device, expected);
+}
+
+Status Comm::enqueueDevice(Work work, CUstream stream, int device) {
+  COLL_TRY(failure_.checkUsable());
+  if (failure_.aborted()) return makeError(collInvalidUsage, "the communicator was aborted");
+  COLL_TRY(bindDevice(device));
+  DeviceCalls* d = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (!device_) {
+      const gpu::CudaDriver* cu = gpu::cudaDriver();
+      if (cu == nullptr) return makeError(collInternalError, "device buffers without a CUDA driver");
+      COLL_TRY(DeviceCalls::create(*cu, device, &device_).withContext("setting up CUDA device " +
+                                                                       std::to_string(device)));
+    }
+    d = device_.get();
+  }
+  COLL_TRY(gpu::setCurrentDevice(d->driver(), device));
+  COLL_TRY(d->gate().enter(stream, &work.gate));
+  gpu::StreamGate* gate = &d->gate();
+  const gpu::GateTicket ticket = work.gate;
+  work.finish = [gate, ticket](const Status&) { gate->release(ticket); };
+  // Lane 0 always: device work is few, large calls, and one queue keeps the gate's order simple.
+  Status s = queue_.enqueue(std::move(work));
+  if (!s.ok()) gate->release(ticket);
+  return s;
+}
+
+Status Comm::executeOnDevice(const Work& work) {
+  DeviceCalls& d = *device_;
+  const std::atomic<bool>& stop = failure_.abortedFlag();
+  Status first = gpu::setCurrentDevice(d.driver(), d.device());
+  if (first.ok()) first = d.gate().waitReady(work.gate, callDeadline(), stop);
+  if (first.ok()) {
+    for (const CollArgs& args : work.collectives) {
+      Status s = d.stageCollective(args, rank(), nranks(), callDeadline(), stop, [&](const CollArgs& h) {
+        if (checkCalls_) COLL_TRY(checkSameCall(h));
+        return collective(h);
+      });
+      if (!s.ok() && first.ok()) first = s;
+    }
+    if (!work.p2p.empty()) {
+      Status s = d.stageP2p(work.p2p, callDeadline(), stop,
+                            [&](const std::vector<P2pCall>& h) { return pointToPoint(h.data(), h.size()); });
+      if (!s.ok() && first.ok()) first = s;
+    }
+  }
+  // Nobody waits for this status: the stream moves on, and the error is the communicator's
+  // (collCommGetAsyncError), as with NCCL.
+  if (!first.ok()) failure_.fail(first);
+  return first;
+}
 
 Status Comm::createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op) {
   return userOps_.create(scalar, dtype, op);

@@ -14,6 +14,7 @@
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "src/comm/connections.h"
+#include "src/comm/device_calls.h"
 #include "src/comm/failure_manager.h"
 #include "src/comm/plan_cache.h"
 #include "src/comm/user_ops.h"
@@ -77,6 +78,16 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   // communicator has no progress thread.
   Status runNow(const CollArgs& args);
 
+  // Work on device buffers (device_calls.h): passes the stream gate on `stream` now, runs on the
+  // progress thread (lane 0) when the stream reaches it. The first such call binds the
+  // communicator to `device` (unless collCommInitAll or the current context at creation did);
+  // buffers of another device are refused.
+  Status enqueueDevice(Work work, CUstream stream, int device);
+  // The CUDA device this communicator is bound to (-1: none yet).
+  int cudaDevice() const { return cudaDevice_.load(std::memory_order_acquire); }
+  // Binds the communicator to `device` (collCommInitAll's device list); fails if bound to another.
+  Status bindDevice(int device);
+
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Numbers this communicator's collCommShrink calls: each shrink's bootstrap messages get their own tag.
@@ -122,6 +133,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   Status runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers, const char* what,
                       uint64_t count, int dtype);
   Status execute(const Work& work);
+  // A piece of device work on the progress thread: wait for the user's stream, stage, run.
+  Status executeOnDevice(const Work& work);
   // Runs calls[0..n) as one schedule when they can be fused (same type and op, no rounds, the
   // host windows large enough); sets *used to how many calls it ran (at least 1).
   Status runFusedPrefix(const CollArgs* calls, size_t n, size_t* used);
@@ -178,6 +191,10 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
     std::vector<P2pAlias> aliases;
   } p2p_;
   std::atomic<uint32_t> shrinkSeq_{0};
+  // GPU side: made by the first call on device buffers; destroyed after the progress thread.
+  std::mutex deviceMu_;
+  std::unique_ptr<DeviceCalls> device_;
+  std::atomic<int> cudaDevice_{-1};
 };
 
 }  // namespace coll

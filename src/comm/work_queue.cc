@@ -30,8 +30,10 @@ Status WorkQueue::runNow(CommWork work) {
 
 void WorkQueue::abort() {
   std::lock_guard<std::mutex> lock(queueMu_);
+  const Status aborted(collRemoteError, "the communicator was aborted");
   for (CommWork& w : queue_) {
-    if (w.stream) w.stream->complete(w.ticket, Status(collRemoteError, "the communicator was aborted"));
+    if (w.stream) w.stream->complete(w.ticket, aborted);
+    if (w.finish) w.finish(aborted);
   }
   queue_.clear();
 }
@@ -51,6 +53,7 @@ void WorkQueue::progressLoop() {
     if (status.ok()) status = execute_(work);
     if (!status.ok()) COLL_WARN(rank_, "stream-ordered work%s failed: %s", label_.c_str(), status.message().c_str());
     if (work.stream) work.stream->complete(work.ticket, status);
+    if (work.finish) work.finish(status);
   }
 }
 

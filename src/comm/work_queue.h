@@ -15,6 +15,7 @@
 
 #include "src/base/status.h"
 #include "src/comm/stream.h"
+#include "src/gpu/stream_gate.h"
 #include "src/schedule/coll_args.h"
 
 namespace coll {
@@ -34,6 +35,10 @@ struct CommWork {
   std::vector<P2pCall> p2p;
   std::shared_ptr<HostStream> stream;
   uint64_t ticket = 0;
+  // Work on device buffers: its passage through the communicator's stream gate (seq 0: host
+  // work), and what releases the user's CUDA stream, run once when the work ran or was dropped.
+  gpu::GateTicket gate;
+  std::function<void(const Status&)> finish;
 };
 
 class WorkQueue {

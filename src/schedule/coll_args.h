@@ -43,4 +43,7 @@ struct CollArgs {
   bool inPlace() const { return sendbuff == recvbuff; }
 };
 
+// How many elements each buffer of a call holds on `rank` (0 = not used there), per NCCL.
+void bufferElements(const CollArgs& a, int rank, int nranks, uint64_t* sendElems, uint64_t* recvElems);
+
 }  // namespace coll
