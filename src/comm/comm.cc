@@ -486,7 +486,8 @@ Status Comm::executeOnDevice(const Work& work) {
   if (first.ok()) first = d.gate().waitReady(work.gate, callDeadline(), stop);
   if (first.ok()) {
     for (const CollArgs& args : work.collectives) {
-      Status s = d.stageCollective(args, rank(), nranks(), callDeadline(), stop, [&](const CollArgs& h) {
+      Status s = d.runCollective(args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop,
+                                 [&](const CollArgs& h) {
         if (checkCalls_) COLL_TRY(checkSameCall(h));
         return collective(h);
       });

@@ -33,6 +33,7 @@ Status DeviceCalls::create(const gpu::CudaDriver& cu, int device, std::unique_pt
 
 DeviceCalls::~DeviceCalls() {
   if (gate_) gate_->releaseAll();
+  ipc_.reset();
   for (CUevent e : chunkReady_) {
     if (e) (void)cu_.cuEventDestroy(e);
   }
@@ -91,6 +92,34 @@ Status DeviceCalls::copyToHost(void* dst, const void* src, size_t bytes, Deadlin
                                const std::atomic<bool>& stop) {
   COLL_TRY(copy(dst, src, bytes, copyIn_));
   return waitStream(copyIn_, deadline, stop);
+}
+
+Status DeviceCalls::runCollective(const CollArgs& a, int rank, int nranks, bool singleHost, Deadline deadline,
+                                  const std::atomic<bool>& stop, const HostRun& run) {
+  if (ipcState_ != IpcState::Off && singleHost && DeviceIpc::supports(a)) {
+    DeviceIpc::HostOps ops;
+    ops.allGather = [&](const void* mine, void* all, size_t bytes) {
+      CollArgs g;
+      g.kind = CollKind::AllGather, g.sendbuff = mine, g.recvbuff = all, g.count = bytes, g.dtype = collUint8;
+      return run(g);
+    };
+    ops.barrier = [&] {
+      CollArgs b;
+      b.kind = CollKind::Barrier, b.dtype = collUint8, b.count = 0;
+      return run(b);
+    };
+    ops.sync = [&](CUstream s) { return waitStream(s, deadline, stop); };
+    if (ipcState_ == IpcState::Unknown) {
+      if (!DeviceIpc::enabled()) {
+        ipcState_ = IpcState::Off;
+      } else {
+        COLL_TRY(DeviceIpc::setup(cu_, device_, rank, nranks, ops, &ipc_).withContext("setting up GPU IPC"));
+        ipcState_ = ipc_ ? IpcState::On : IpcState::Off;
+      }
+    }
+    if (ipc_) return ipc_->run(a, copyIn_, ops);
+  }
+  return stageCollective(a, rank, nranks, deadline, stop, run);
 }
 
 Status DeviceCalls::stageCollective(const CollArgs& a, int rank, int nranks, Deadline deadline,

@@ -3,6 +3,8 @@
 // pinned host memory, the host collective runs there over whatever transports the communicator
 // uses, and the results are copied back. Contiguous collectives (All-Reduce, Broadcast, Reduce) are
 // pipelined: chunk i+1 is copied in and chunk i-1 copied out while chunk i is reduced.
+// When every rank is on this host and can map the others' device memory, All-Reduce instead runs
+// device to device over CUDA IPC (device_ipc.h); runCollective picks the path.
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/comm/device_ipc.h"
 #include "src/comm/work_queue.h"
 #include "src/gpu/cuda_driver.h"
 #include "src/gpu/stream_gate.h"
@@ -37,6 +40,14 @@ class DeviceCalls {
   // size the buffers.
   Status stageCollective(const CollArgs& a, int rank, int nranks, Deadline deadline, const std::atomic<bool>& stop,
                          const HostRun& run);
+  // Runs one collective on device buffers: over CUDA IPC when the call has that path and every
+  // rank can use it (`singleHost`: all ranks on this host; set up at the first such call, which
+  // is collective: every rank must issue the same device calls, as it does), else staged. `run`
+  // runs host collectives on the communicator (also the IPC path's all-gathers and barriers).
+  Status runCollective(const CollArgs& a, int rank, int nranks, bool singleHost, Deadline deadline,
+                       const std::atomic<bool>& stop, const HostRun& run);
+  // Whether the IPC path is set up (after the first call that could use it).
+  bool ipcActive() const { return ipc_ != nullptr; }
   // The same for a batch of point-to-point calls.
   Status stageP2p(const std::vector<P2pCall>& calls, Deadline deadline, const std::atomic<bool>& stop,
                   const std::function<Status(const std::vector<P2pCall>&)>& run);
@@ -62,6 +73,8 @@ class DeviceCalls {
     std::byte* data = nullptr;
     size_t size = 0;
   } regions_[2];
+  enum class IpcState { Unknown, On, Off } ipcState_ = IpcState::Unknown;
+  std::unique_ptr<DeviceIpc> ipc_;
 };
 
 }  // namespace coll

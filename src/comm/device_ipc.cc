@@ -1,0 +1,231 @@
+#include "src/comm/device_ipc.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "src/base/align.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+#include "src/gpu/device_kernels.h"
+
+namespace coll {
+
+const StringKnob kGpuIpc("COLL_GPU_IPC", "auto",
+                         "Device buffers of ranks all on one host: collectives device to device through CUDA IPC "
+                         "(All-Reduce) instead of staging through host memory. auto or 1: when every rank can map "
+                         "every other's memory (1 warns when not), 0: never. Set it alike on every rank.",
+                         {KnobSection::Transports, 62});
+const BytesKnob kGpuIpcChunk("COLL_GPU_IPC_CHUNK", "2M",
+                             "The CUDA IPC path's chunk: each rank's device scratch is 4 chunks (two halves of "
+                             "input and output); one chunk of every rank's input is reduced per step.",
+                             {KnobSection::Transports, 63});
+
+namespace {
+
+std::atomic<uint64_t> gIpcCollectives{0};
+
+CUdeviceptr dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+// Tells this process from another with the same pid (another pid namespace on the host).
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }();
+  return nonce;
+}
+
+// One rank's part of the setup all-gather (fixed layout: every rank is this build).
+struct IpcRecord {
+  CUipcMemHandle handle;
+  uint64_t ptr;
+  uint64_t nonce;
+  int64_t pid;
+  char bus[32];
+  int32_t device;
+  int32_t ok;  // this rank set its side up
+};
+
+// The ordinal of the device with PCI bus id `bus` in this process (-1: not visible here).
+int localOrdinalOf(const gpu::CudaDriver& cu, const char* bus) {
+  for (int i = 0; i < cu.deviceCount; ++i) {
+    CUdevice d = -1;
+    char mine[32] = {};
+    if (cu.cuDeviceGet(&d, i) != cu::kSuccess || cu.cuDeviceGetPCIBusId(mine, sizeof mine, d) != cu::kSuccess) continue;
+    if (strncmp(mine, bus, sizeof mine) == 0) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+uint64_t deviceIpcCollectives() { return gIpcCollectives.load(std::memory_order_relaxed); }
+
+bool DeviceIpc::enabled() { return kGpuIpc.get() != "0"; }
+
+bool DeviceIpc::supports(const CollArgs& a) {
+  return a.kind == CollKind::AllReduce && a.op < collNumOps && a.compress.blockSize == 0 && a.count > 0;
+}
+
+Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nranks, const HostOps& ops,
+                        std::unique_ptr<DeviceIpc>* out) {
+  out->reset();
+  std::unique_ptr<DeviceIpc> ipc(new DeviceIpc(cu, rank, nranks));
+  ipc->chunk_ = std::max<size_t>(roundUp(kGpuIpcChunk.get(), size_t{256}), 256);
+  std::string why;
+
+  IpcRecord mine{};
+  mine.nonce = processNonce();
+  mine.pid = getpid();
+  mine.device = device;
+  {
+    CUdevice dev = -1;
+    std::string kernelsWhy;
+    if (!gpu::deviceKernelsAvailable(cu, &kernelsWhy)) {
+      why = "the device kernels do not load: " + kernelsWhy;
+    } else if (cu.cuDeviceGet(&dev, device) != cu::kSuccess ||
+               cu.cuDeviceGetPCIBusId(mine.bus, sizeof mine.bus, dev) != cu::kSuccess) {
+      why = "no PCI bus id for device " + std::to_string(device);
+    } else if (cu.cuMemAlloc(&ipc->scratch_, 4 * ipc->chunk_) != cu::kSuccess) {
+      ipc->scratch_ = 0;
+      why = "cuMemAlloc of the scratch failed";
+    } else if (cu.cuIpcGetMemHandle(&mine.handle, ipc->scratch_) != cu::kSuccess) {
+      why = "cuIpcGetMemHandle failed";
+    } else {
+      mine.ptr = ipc->scratch_;
+      mine.ok = 1;
+    }
+  }
+  std::vector<IpcRecord> all(static_cast<size_t>(nranks));
+  COLL_TRY(ops.allGather(&mine, all.data(), sizeof(IpcRecord)));
+
+  // Map every peer's scratch (a peer that failed its side: nobody uses the path).
+  bool ok = mine.ok != 0;
+  for (int p = 0; p < nranks && ok; ++p) {
+    if (all[static_cast<size_t>(p)].ok == 0) ok = false, why = "rank " + std::to_string(p) + " could not set up";
+  }
+  ipc->peers_.assign(static_cast<size_t>(nranks), nullptr);
+  for (int p = 0; p < nranks && ok; ++p) {
+    const IpcRecord& r = all[static_cast<size_t>(p)];
+    all[static_cast<size_t>(p)].bus[sizeof r.bus - 1] = '\0';
+    const bool sameDevice = strncmp(r.bus, mine.bus, sizeof r.bus) == 0;
+    if (r.pid == mine.pid && r.nonce == mine.nonce) {
+      // This process: CUDA refuses to open our own handles; the pointer is valid as it is. Another
+      // device of this process would need peer access enabled (not among the driver calls used).
+      if (!sameDevice) {
+        ok = false, why = "rank " + std::to_string(p) + " is on another device of this process";
+        break;
+      }
+      ipc->peers_[static_cast<size_t>(p)] = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(r.ptr));
+      continue;
+    }
+    if (!sameDevice) {
+      const int ordinal = localOrdinalOf(cu, r.bus);
+      CUdevice mineDev = -1, peerDev = -1;
+      int can = 0;
+      if (ordinal < 0 || cu.cuDeviceGet(&mineDev, device) != cu::kSuccess ||
+          cu.cuDeviceGet(&peerDev, ordinal) != cu::kSuccess ||
+          cu.cuDeviceCanAccessPeer(&can, mineDev, peerDev) != cu::kSuccess || can == 0) {
+        ok = false, why = "rank " + std::to_string(p) + "'s device (" + r.bus + ") cannot be reached from device " +
+                          std::to_string(device);
+        break;
+      }
+    }
+    CUdeviceptr mapped = 0;
+    const CUresult res = cu.cuIpcOpenMemHandle(&mapped, r.handle, cu::kIpcMemLazyEnablePeerAccess);
+    if (res != cu::kSuccess) {
+      ok = false, why = "cuIpcOpenMemHandle of rank " + std::to_string(p) + "'s scratch failed: " +
+                        gpu::cudaCheck(res, "cuIpcOpenMemHandle").message();
+      break;
+    }
+    ipc->opened_.push_back(mapped);
+    ipc->peers_[static_cast<size_t>(p)] = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(mapped));
+  }
+
+  // Every rank learns whether every rank mapped every peer: all use the path or none does.
+  std::vector<int32_t> flags(static_cast<size_t>(nranks));
+  const int32_t myFlag = ok ? 1 : 0;
+  COLL_TRY(ops.allGather(&myFlag, flags.data(), sizeof myFlag));
+  int failed = -1;
+  for (int p = 0; p < nranks; ++p) {
+    if (flags[static_cast<size_t>(p)] == 0 && failed < 0) failed = p;
+  }
+  if (failed >= 0) {
+    if (rank == failed || rank == 0) {
+      const std::string text = rank == failed ? why : "rank " + std::to_string(failed) + " could not map its peers";
+      if (kGpuIpc.get() == "1") {
+        COLL_WARN(rank, "GPU IPC: not used (%s); device buffers are staged through host memory", text.c_str());
+      } else {
+        COLL_INFO(rank, "GPU IPC: not used (%s); device buffers are staged through host memory", text.c_str());
+      }
+    }
+    return okStatus();  // ipc's destructor closes and frees what was made
+  }
+  if (rank == 0) {
+    COLL_INFO(rank, "GPU IPC: on for %d ranks of this host (chunk %zu bytes, %zu bytes of device scratch per rank)",
+              nranks, ipc->chunk_, 4 * ipc->chunk_);
+  }
+  *out = std::move(ipc);
+  return okStatus();
+}
+
+DeviceIpc::~DeviceIpc() {
+  for (CUdeviceptr p : opened_) (void)cu_.cuIpcCloseMemHandle(p);
+  if (scratch_ != 0) (void)cu_.cuMemFree(scratch_);
+}
+
+Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops) {
+  gIpcCollectives.fetch_add(1, std::memory_order_relaxed);
+  return allReduce(a, stream, ops);
+}
+
+Status DeviceIpc::allReduce(const CollArgs& a, CUstream stream, const HostOps& ops) {
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = std::max<size_t>(chunk_ / es, 1);
+  const collRedOp_t op = a.op == collAvg ? collSum : a.op;
+  const auto* send = static_cast<const std::byte*>(a.sendbuff);
+  auto* recv = static_cast<std::byte*>(a.recvbuff);
+  const size_t n = static_cast<size_t>(nranks_);
+  std::vector<const void*> srcs(n);
+  for (uint64_t done = 0; done < a.count;) {
+    const size_t m = static_cast<size_t>(std::min<uint64_t>(chunkElems, a.count - done));
+    const int half = static_cast<int>(half_++ & 1);
+    // Shard q of the chunk: [q * per, min((q + 1) * per, m)).
+    const size_t per = ceilDiv(m, n);
+    auto shardBegin = [&](size_t q) { return std::min(q * per, m); };
+    auto shardEnd = [&](size_t q) { return std::min((q + 1) * per, m); };
+
+    // 1. This rank's chunk into its input area.
+    COLL_TRY(gpu::cudaCheck(cu_.cuMemcpyAsync(dptr(input(rank_, half)), dptr(send + done * es), m * es, stream),
+                            "cuMemcpyAsync (IPC input)"));
+    COLL_TRY(ops.sync(stream));
+    COLL_TRY(ops.barrier());
+    // 2. Shard `rank_` of every rank's input, reduced in rank order into our output area.
+    const size_t b = shardBegin(static_cast<size_t>(rank_)), e = shardEnd(static_cast<size_t>(rank_));
+    if (e > b) {
+      for (size_t q = 0; q < n; ++q) srcs[q] = input(static_cast<int>(q), half) + b * es;
+      void* dst = output(rank_, half) + b * es;
+      COLL_TRY(gpu::deviceReduce(cu_, dst, srcs.data(), nranks_, e - b, a.dtype, op, stream));
+      if (a.op == collAvg) COLL_TRY(gpu::deviceDivide(cu_, dst, dst, e - b, a.dtype, n, stream));
+    }
+    COLL_TRY(ops.sync(stream));
+    COLL_TRY(ops.barrier());
+    // 3. Every shard from its owner's output area into the receive buffer.
+    for (size_t q = 0; q < n; ++q) {
+      const size_t qb = shardBegin(q), qe = shardEnd(q);
+      if (qe <= qb) continue;
+      COLL_TRY(gpu::cudaCheck(cu_.cuMemcpyAsync(dptr(recv + (done + qb) * es), dptr(output(static_cast<int>(q), half) + qb * es),
+                                                (qe - qb) * es, stream),
+                              "cuMemcpyAsync (IPC output)"));
+    }
+    done += m;
+  }
+  COLL_TRY(ops.sync(stream));
+  // No rank leaves while another may still read its scratch (it may be freed next).
+  return ops.barrier();
+}
+
+}  // namespace coll

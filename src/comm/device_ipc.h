@@ -1,0 +1,79 @@
+// DeviceIpc: the intra-node device path. When every rank of a communicator is on this host and on
+// devices that can reach each other (the same device, or peers), each rank allocates a device
+// scratch region, exports it with a legacy CUDA IPC handle, and the ranks exchange (handle,
+// pointer, pid, device) in one host all-gather. Each rank maps every peer's region once
+// (cuIpcOpenMemHandle; a peer in this very process, where CUDA refuses the open, by its pointer).
+// Collectives on device buffers then move and reduce data device to device with the device
+// kernels, synchronised by host barriers; the host never sees the data.
+//
+// All-Reduce, per chunk of COLL_GPU_IPC_CHUNK bytes, double-buffered in the scratch:
+//   1. every rank copies its chunk of the input into its scratch's input area;   barrier
+//   2. rank r reduces shard r of the chunk from every rank's input area, in rank order (so every
+//      element is reduced once, by one rank: bit-identical results everywhere), into its own
+//      output area (avg: then divides);                                           barrier
+//   3. every rank copies all shards from the ranks' output areas into its receive buffer.
+// A chunk's two halves alternate, so the barrier after step 1 of chunk k+1 also says that step 3 of
+// chunk k is done everywhere; one last barrier per call lets a rank free its scratch safely.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/base/deadline.h"
+#include "src/base/status.h"
+#include "src/gpu/cuda_driver.h"
+#include "src/schedule/coll_args.h"
+#include "src/schedule/schedule.h"
+
+namespace coll {
+
+class DeviceIpc {
+ public:
+  // What the path needs from the communicator, all run as host collectives on it (every rank
+  // runs device work in issue order on its progress thread, so these match on every rank).
+  struct HostOps {
+    std::function<Status(const void* mine, void* all, size_t bytes)> allGather;
+    std::function<Status()> barrier;
+    // Waits until `stream` has run everything queued (with the call's deadline and abort flag).
+    std::function<Status(CUstream)> sync;
+  };
+
+  // COLL_GPU_IPC: 0 = never, 1 or auto = when it can be set up (1 warns when it cannot).
+  static bool enabled();
+  // Collective over the communicator (every rank calls it at the same call). Sets *out to the
+  // path when every rank could set it up, else leaves it null and logs why at INFO (WARN with
+  // COLL_GPU_IPC=1) on rank 0; a Status error only for a failed host collective.
+  static Status setup(const gpu::CudaDriver& cu, int device, int rank, int nranks, const HostOps& ops,
+                      std::unique_ptr<DeviceIpc>* out);
+  ~DeviceIpc();
+
+  // Whether `a` runs on this path (the same answer on every rank: it depends on the call only).
+  static bool supports(const CollArgs& a);
+  // Runs `a` (supports(a)) on `stream`, returning when the receive buffer holds the result.
+  Status run(const CollArgs& a, CUstream stream, const HostOps& ops);
+
+  size_t chunkBytes() const { return chunk_; }
+
+ private:
+  DeviceIpc(const gpu::CudaDriver& cu, int rank, int nranks) : cu_(cu), rank_(rank), nranks_(nranks) {}
+  Status allReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
+  std::byte* input(int peer, int half) const { return peers_[static_cast<size_t>(peer)] + half * 2 * chunk_; }
+  std::byte* output(int peer, int half) const { return input(peer, half) + chunk_; }
+
+  const gpu::CudaDriver& cu_;
+  int rank_, nranks_;
+  size_t chunk_ = 0;
+  CUdeviceptr scratch_ = 0;            // ours: 2 halves of (input, output), chunk_ bytes each
+  std::vector<std::byte*> peers_;      // every rank's scratch as mapped here (ours included)
+  std::vector<CUdeviceptr> opened_;    // cuIpcOpenMemHandle results, closed on destruction
+  uint64_t half_ = 0;                  // chunks run so far (their parity picks the half)
+};
+
+// Calls run on the IPC path in this process (tests; all communicators together).
+uint64_t deviceIpcCollectives();
+
+}  // namespace coll
