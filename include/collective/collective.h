@@ -261,8 +261,10 @@ typedef struct {
 } collCommStats_t;
 COLL_API collResult_t collCommGetStats(collComm_t comm, collCommStats_t* stats);
 
-/* PreMulSum: every rank's input is multiplied by *scalar (of `datatype`, read at creation: the
- * host residence) before the sum. The op is valid for `comm` until collRedOpDestroy. */
+/* PreMulSum: every rank's input is multiplied by *scalar (of `datatype`) before the sum.
+ * collScalarHostImmediate reads it now; collScalarDevice keeps the address (device or pinned
+ * memory) and each call on device buffers reads it when its stream reaches the call. The op is
+ * valid for `comm` until collRedOpDestroy. */
 typedef enum COLL_ENUM_INT { collScalarDevice = 0, collScalarHostImmediate = 1 } collScalarResidence_t;
 COLL_API collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataType_t datatype,
                                                collScalarResidence_t residence, collComm_t comm);

@@ -464,25 +464,6 @@ Status runGroup(std::vector<QueuedCall>& calls) {
   return first;
 }
 
-// The PreMulSum scalar of `dtype` at `scalar`, as a double.
-bool scalarToDouble(const void* scalar, collDataType_t dtype, double* out) {
-  switch (dtype) {
-    case collInt8: *out = *static_cast<const int8_t*>(scalar); return true;
-    case collUint8: *out = *static_cast<const uint8_t*>(scalar); return true;
-    case collInt32: *out = *static_cast<const int32_t*>(scalar); return true;
-    case collUint32: *out = *static_cast<const uint32_t*>(scalar); return true;
-    case collInt64: *out = static_cast<double>(*static_cast<const int64_t*>(scalar)); return true;
-    case collUint64: *out = static_cast<double>(*static_cast<const uint64_t*>(scalar)); return true;
-    case collFloat16: *out = kernels::halfToFloat(*static_cast<const uint16_t*>(scalar)); return true;
-    case collBfloat16: *out = kernels::bfloat16ToFloat(*static_cast<const uint16_t*>(scalar)); return true;
-    case collFloat32: *out = *static_cast<const float*>(scalar); return true;
-    case collFloat64: *out = *static_cast<const double*>(scalar); return true;
-    case collFloat8e4m3: *out = kernels::fp8e4m3ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
-    case collFloat8e5m2: *out = kernels::fp8e5m2ToFloat(*static_cast<const uint8_t*>(scalar)); return true;
-    default: return false;
-  }
-}
-
 // collCommSplit over the parent's own collectives: an all-gather of (color, key); each color's
 // new rank 0 starts a rendezvous; an all-gather of the unique ids tells every member its id.
 Status splitComm(Comm& parent, int color, int key, const CommConfig& config, collComm_t* out) {
@@ -970,18 +951,31 @@ collResult_t collRedOpCreatePreMulSum(collRedOp_t* op, void* scalar, collDataTyp
   }
   s = validateType(datatype);
   if (!s.ok()) return report(s, c->rank());
-  if (residence != collScalarHostImmediate) {
-    return report(makeError(collInvalidArgument,
-                            "collRedOpCreatePreMulSum: host buffers need "
-                            "collScalarHostImmediate (the scalar is read now)"),
+  int res = 0;
+  memcpy(&res, &residence, sizeof(res));
+  if (res != collScalarHostImmediate && res != collScalarDevice) {
+    return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: residence %d is not valid", res),
                   c->rank());
   }
+  if (res == collScalarDevice) {
+    // The scalar stays where it is and each call reads it when its stream reaches the call.
+    gpu::MemInfo info;
+    s = gpu::classifyPointer(gpu::cudaDriver(), scalar, &info);
+    if (s.ok() && !gpu::onDevice(info.kind) && info.kind != gpu::MemKind::HostPinned) {
+      s = makeError(collInvalidArgument,
+                    "collRedOpCreatePreMulSum: collScalarDevice needs a scalar in device (or pinned) memory; %p is "
+                    "%s (use collScalarHostImmediate)",
+                    scalar, gpu::memKindName(info.kind));
+    }
+    if (!s.ok()) return report(s, c->rank());
+    return report(c->createPreMulSum(0.0, scalar, datatype, op), c->rank());
+  }
   double value = 0;
-  if (!scalarToDouble(scalar, datatype, &value)) {
+  if (!kernels::scalarToDouble(scalar, datatype, &value)) {
     return report(makeError(collInvalidArgument, "collRedOpCreatePreMulSum: datatype %d has no scalar form", datatype),
                   c->rank());
   }
-  return report(c->createPreMulSum(value, datatype, op), c->rank());
+  return report(c->createPreMulSum(value, nullptr, datatype, op), c->rank());
 }
 
 collResult_t collRedOpDestroy(collRedOp_t op, collComm_t comm) {

@@ -199,12 +199,22 @@ collCommStats_t Comm::stats() const {
   return out;
 }
 
-Status Comm::collective(const CollArgs& args) {
+Status Comm::collective(const CollArgs& args, const double* deviceScalarValue) {
   COLL_TRY(failure_.checkUsable());
   if (args.compress.blockSize > 0) return compressedAllReduce(args);
   CollArgs call = args;
   double scalar = 1.0;
-  if (preMulSumScalar(args.op, &scalar)) {
+  const void* deviceScalar = nullptr;
+  if (preMulSumScalar(args.op, &scalar, &deviceScalar)) {
+    if (deviceScalar != nullptr) {
+      if (deviceScalarValue == nullptr) {
+        return makeError(collInvalidArgument,
+                         "PreMulSum op %d has its scalar in device memory (collScalarDevice): use it with device "
+                         "buffers",
+                         static_cast<int>(args.op));
+      }
+      scalar = *deviceScalarValue;
+    }
     // PreMulSum: scale this rank's contribution once, then sum. The staging buffer only grows.
     uint64_t elements = args.count;
     if (args.kind == CollKind::ReduceScatter) elements *= static_cast<uint64_t>(topo_.nranks);
@@ -486,10 +496,21 @@ Status Comm::executeOnDevice(const Work& work) {
   if (first.ok()) first = d.gate().waitReady(work.gate, callDeadline(), stop);
   if (first.ok()) {
     for (const CollArgs& args : work.collectives) {
+      // collScalarDevice: the scalar is read now that the stream has reached the call, as NCCL reads it.
+      double scalar = 0;
+      const void* deviceScalar = nullptr;
+      if (preMulSumScalar(args.op, &scalar, &deviceScalar) && deviceScalar != nullptr) {
+        std::byte value[8] = {};
+        Status s = d.copyToHost(value, deviceScalar, dataTypeSize(args.dtype), callDeadline(), stop);
+        if (!s.ok() || !kernels::scalarToDouble(value, args.dtype, &scalar)) {
+          if (first.ok()) first = s.ok() ? makeError(collInternalError, "PreMulSum scalar of no known type") : s;
+          continue;
+        }
+      }
       Status s = d.runCollective(args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop,
                                  [&](const CollArgs& h) {
         if (checkCalls_) COLL_TRY(checkSameCall(h));
-        return collective(h);
+        return collective(h, deviceScalar != nullptr ? &scalar : nullptr);
       });
       if (!s.ok() && first.ok()) first = s;
     }
@@ -505,8 +526,8 @@ Status Comm::executeOnDevice(const Work& work) {
   return first;
 }
 
-Status Comm::createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op) {
-  return userOps_.create(scalar, dtype, op);
+Status Comm::createPreMulSum(double scalar, const void* deviceScalar, collDataType_t dtype, collRedOp_t* op) {
+  return userOps_.create(scalar, deviceScalar, dtype, op);
 }
 
 Status Comm::destroyRedOp(collRedOp_t op) { return userOps_.destroy(op); }
@@ -516,9 +537,9 @@ Status Comm::checkUserOp(collRedOp_t op, collDataType_t dtype) const {
   return userOps_.check(op, dtype);
 }
 
-bool Comm::preMulSumScalar(collRedOp_t op, double* scalar) const {
-  if (laneParent_ != nullptr) return laneParent_->preMulSumScalar(op, scalar);  // ops live on the parent
-  return userOps_.scalarOf(op, scalar);
+bool Comm::preMulSumScalar(collRedOp_t op, double* scalar, const void** deviceScalar) const {
+  if (laneParent_ != nullptr) return laneParent_->preMulSumScalar(op, scalar, deviceScalar);  // the parent's ops
+  return userOps_.scalarOf(op, scalar, deviceScalar);
 }
 
 Status Comm::checkSameCall(const CollArgs& args) {

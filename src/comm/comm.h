@@ -49,8 +49,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   int nranks() const { return topo_.nranks; }
   const Topology& topology() const { return topo_; }
 
-  // Blocking host collective (the caller's thread runs the executor).
-  Status collective(const CollArgs& args);
+  // Blocking host collective (the caller's thread runs the executor). `scalar`: the value of a
+  // PreMulSum op's device scalar, read by the caller (device calls); nullptr otherwise.
+  Status collective(const CollArgs& args, const double* scalar = nullptr);
 
   // A batch of point-to-point calls (one group, or one call alone): all progress together.
   using P2pCall = coll::P2pCall;
@@ -58,10 +59,11 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   static P2pCall p2pCallOf(const CollArgs& sendOrRecv);
 
   // PreMulSum ops of this communicator (a lane's are its parent's): collNumOps + index.
-  Status createPreMulSum(double scalar, collDataType_t dtype, collRedOp_t* op);
+  // deviceScalar: collScalarDevice's address (read per call), else nullptr and `scalar` is the value.
+  Status createPreMulSum(double scalar, const void* deviceScalar, collDataType_t dtype, collRedOp_t* op);
   Status destroyRedOp(collRedOp_t op);
-  // True for a live PreMulSum op of this communicator (sets *scalar).
-  bool preMulSumScalar(collRedOp_t op, double* scalar) const;
+  // True for a live PreMulSum op of this communicator (sets *scalar, and *deviceScalar when given).
+  bool preMulSumScalar(collRedOp_t op, double* scalar, const void** deviceScalar = nullptr) const;
   // A user op (>= collNumOps) must be live here and made for `dtype`.
   Status checkUserOp(collRedOp_t op, collDataType_t dtype) const;
 

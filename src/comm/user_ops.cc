@@ -3,7 +3,7 @@
 
 namespace coll {
 
-Status UserOps::create(double scalar, collDataType_t dtype, collRedOp_t* op) {
+Status UserOps::create(double scalar, const void* deviceScalar, collDataType_t dtype, collRedOp_t* op) {
   size_t index = 0;
   while (index < ops_.size() && ops_[index].live) ++index;
   if (index == ops_.size()) {
@@ -13,7 +13,7 @@ Status UserOps::create(double scalar, collDataType_t dtype, collRedOp_t* op) {
     }
     ops_.emplace_back();
   }
-  ops_[index] = UserOp{true, dtype, scalar};
+  ops_[index] = UserOp{true, dtype, scalar, deviceScalar};
   *op = static_cast<collRedOp_t>(collNumOps + static_cast<int>(index));
   return okStatus();
 }
@@ -43,10 +43,11 @@ Status UserOps::check(collRedOp_t op, collDataType_t dtype) const {
   return okStatus();
 }
 
-bool UserOps::scalarOf(collRedOp_t op, double* scalar) const {
+bool UserOps::scalarOf(collRedOp_t op, double* scalar, const void** deviceScalar) const {
   int index = static_cast<int>(op) - collNumOps;
   if (index < 0 || index >= static_cast<int>(ops_.size()) || !ops_[index].live) return false;
   *scalar = ops_[index].scalar;
+  if (deviceScalar) *deviceScalar = ops_[index].deviceScalar;
   return true;
 }
 

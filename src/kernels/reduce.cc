@@ -177,4 +177,27 @@ uint8_t floatToFp8e4m3(float f) { return portable::floatToFp8e4m3S(f); }
 float fp8e5m2ToFloat(uint8_t b) { return portable::fp8e5m2ToFloatS(b); }
 uint8_t floatToFp8e5m2(float f) { return portable::floatToFp8e5m2S(f); }
 
+bool scalarToDouble(const void* scalar, collDataType_t dtype, double* out) {
+  auto load = [&](auto zero) {
+    decltype(zero) v;
+    memcpy(&v, scalar, sizeof(v));
+    return v;
+  };
+  switch (dtype) {
+    case collInt8: *out = load(int8_t{}); return true;
+    case collUint8: *out = load(uint8_t{}); return true;
+    case collInt32: *out = load(int32_t{}); return true;
+    case collUint32: *out = load(uint32_t{}); return true;
+    case collInt64: *out = static_cast<double>(load(int64_t{})); return true;
+    case collUint64: *out = static_cast<double>(load(uint64_t{})); return true;
+    case collFloat16: *out = halfToFloat(load(uint16_t{})); return true;
+    case collBfloat16: *out = bfloat16ToFloat(load(uint16_t{})); return true;
+    case collFloat32: *out = load(float{}); return true;
+    case collFloat64: *out = load(double{}); return true;
+    case collFloat8e4m3: *out = fp8e4m3ToFloat(load(uint8_t{})); return true;
+    case collFloat8e5m2: *out = fp8e5m2ToFloat(load(uint8_t{})); return true;
+    default: return false;
+  }
+}
+
 }  // namespace coll::kernels

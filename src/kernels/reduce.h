@@ -49,6 +49,10 @@ void convertToFloat(float* dst, const void* src, collDataType_t dtype, size_t co
 //   64 bits and truncated, i.e. it wraps like integer prod.
 void scale(void* dst, const void* src, size_t count, collDataType_t dtype, double scalar);
 
+// The value of one element of `dtype` at `scalar` (any alignment), as a double: PreMulSum's
+// scalar. False for an unknown dtype.
+bool scalarToDouble(const void* scalar, collDataType_t dtype, double* out);
+
 // Name of the SIMD level in use ("avx512", "avx2", "sse2"); COLL_SIMD-free: chosen from CPUID.
 const char* simdLevel();
 

@@ -22,14 +22,28 @@
 namespace coll {
 namespace {
 
+// COLL_GPU_TEST_REAL_DRIVER=1 (bench/gpu_check.sh on a GPU machine): the real driver
+// (COLL_CUDA_DRIVER as set, else libcuda.so.1); tests that need the double or two devices skip.
+const bool kRealDriver = [] {
+  const char* v = getenv("COLL_GPU_TEST_REAL_DRIVER");
+  return v != nullptr && strcmp(v, "1") == 0;
+}();
+
 // Before anything loads the driver: the double, two devices, a small staging chunk so that the
 // pipelined path runs at test sizes.
 const bool kEnvironment = [] {
-  setenv("COLL_CUDA_DRIVER", COLL_CUDA_DOUBLE_PATH, 1);
-  setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 1);
+  if (!kRealDriver) {
+    setenv("COLL_CUDA_DRIVER", COLL_CUDA_DOUBLE_PATH, 1);
+    setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 1);
+  }
   setenv("COLL_GPU_STAGING_CHUNK", "64K", 1);
   return true;
 }();
+
+#define SKIP_ON_REAL_DRIVER() \
+  if (kRealDriver) GTEST_SKIP() << "needs the CUDA test double (COLL_GPU_TEST_REAL_DRIVER=1)"
+#define SKIP_BELOW_TWO_DEVICES() \
+  if (cuda().deviceCount < 2) GTEST_SKIP() << "needs two CUDA devices"
 
 using testutil::withComms;
 
@@ -152,6 +166,7 @@ TEST(GpuCalls, LegacyDefaultStream) {
 // The call returns at once even while the stream is busy; the result is there when the stream
 // reaches it; a copy queued after it sees it.
 TEST(GpuCalls, StreamOrderingBehindASlowKernel) {
+  SKIP_ON_REAL_DRIVER();
   auto sleepKernel = doubleFunction<CUresult (*)(CUstream, int)>("collCudaDoubleLaunchSleep");
   ASSERT_NE(sleepKernel, nullptr);
   withComms(2, [&](int rank, collComm_t comm) {
@@ -259,6 +274,21 @@ TEST(GpuCalls, TypesAndOpsIncludingPreMulSumAndCompression) {
     ASSERT_EQ(collAllReduce(a.ptr, b.ptr, c, collFloat64, op, comm, s), collSuccess) << collGetLastError(nullptr);
     for (double v : b.download<double>(c, s)) ASSERT_EQ(v, 6.0);
     ASSERT_EQ(collRedOpDestroy(op, comm), collSuccess);
+    // collScalarDevice: the scalar lives in device memory and is read by each call in stream order.
+    DeviceBuffer devScalar(8);
+    devScalar.upload(std::vector<double>{3.0}, s);
+    ASSERT_EQ(collRedOpCreatePreMulSum(&op, devScalar.ptr, collFloat64, collScalarDevice, comm), collSuccess)
+        << collGetLastError(nullptr);
+    ASSERT_EQ(collAllReduce(a.ptr, b.ptr, c, collFloat64, op, comm, s), collSuccess) << collGetLastError(nullptr);
+    for (double v : b.download<double>(c, s)) ASSERT_EQ(v, 9.0);
+    devScalar.upload(std::vector<double>{4.0}, s);
+    ASSERT_EQ(collAllReduce(a.ptr, b.ptr, c, collFloat64, op, comm, s), collSuccess);
+    for (double v : b.download<double>(c, s)) ASSERT_EQ(v, 12.0);
+    ASSERT_EQ(collRedOpDestroy(op, comm), collSuccess);
+    std::vector<double> hostScalar{2.0};
+    EXPECT_EQ(collRedOpCreatePreMulSum(&op, hostScalar.data(), collFloat64, collScalarDevice, comm),
+              collInvalidArgument)
+        << "an ordinary host address is not a device scalar";
     // Compressed All-Reduce, with a residual in device memory.
     std::vector<float> f(c, static_cast<float>(rank + 1));
     a.upload(f);
@@ -303,26 +333,30 @@ TEST(GpuCalls, BadCombinationsAreRefusedUntouched) {
     // A stream that is neither a host stream nor a CUDA stream.
     int bogus = 0;
     EXPECT_EQ(collAllReduce(d.ptr, d2.ptr, 16, collInt32, collSum, comm, &bogus), collInvalidArgument);
-    // Buffers on another device than the stream, and than each other.
-    CUstream s1 = makeStream(1);
-    void* other = nullptr;
-    ASSERT_EQ(collMemAlloc(&other, 64), collSuccess);  // device 1 is current on this thread now
-    ASSERT_TRUE(gpu::setCurrentDevice(cuda(), 0).ok());
-    EXPECT_EQ(collAllReduce(d.ptr, d2.ptr, 16, collInt32, collSum, comm, s1), collInvalidArgument);
-    EXPECT_NE(std::string(collGetLastError(nullptr)).find("device"), std::string::npos);
-    EXPECT_EQ(collAllReduce(d.ptr, other, 16, collInt32, collSum, comm, s), collInvalidArgument);
-    EXPECT_EQ(collMemFree(other), collSuccess);
+    // Buffers on another device than the stream, and than each other (two devices).
+    CUstream s1 = nullptr;
+    if (cuda().deviceCount >= 2) {
+      s1 = makeStream(1);
+      void* other = nullptr;
+      ASSERT_EQ(collMemAlloc(&other, 64), collSuccess);  // device 1 is current on this thread now
+      ASSERT_TRUE(gpu::setCurrentDevice(cuda(), 0).ok());
+      EXPECT_EQ(collAllReduce(d.ptr, d2.ptr, 16, collInt32, collSum, comm, s1), collInvalidArgument);
+      EXPECT_NE(std::string(collGetLastError(nullptr)).find("device"), std::string::npos);
+      EXPECT_EQ(collAllReduce(d.ptr, other, 16, collInt32, collSum, comm, s), collInvalidArgument);
+      EXPECT_EQ(collMemFree(other), collSuccess);
+    }
     EXPECT_EQ(collMemFree(host.data()), collInvalidArgument);
     // The communicator still works.
     EXPECT_EQ(collAllReduce(d.ptr, d2.ptr, 16, collInt32, collSum, comm, s), collSuccess) << collGetLastError(nullptr);
     EXPECT_EQ(cuda().cuStreamSynchronize(s), 0);
     EXPECT_EQ(collHostStreamDestroy(hostStream), collSuccess);
     EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
-    EXPECT_EQ(cuda().cuStreamDestroy(s1), 0);
+    if (s1 != nullptr) EXPECT_EQ(cuda().cuStreamDestroy(s1), 0);
   });
 }
 
 TEST(GpuCalls, GraphCaptureIsRefused) {
+  SKIP_ON_REAL_DRIVER();
   auto begin = doubleFunction<CUresult (*)(CUstream, int)>("cuStreamBeginCapture_v2");
   auto end = doubleFunction<CUresult (*)(CUstream, CUgraph*)>("cuStreamEndCapture");
   ASSERT_NE(begin, nullptr);
@@ -340,6 +374,7 @@ TEST(GpuCalls, GraphCaptureIsRefused) {
 
 // A rank whose peer never calls: its stream waits on the communicator until abort releases it.
 TEST(GpuCalls, AbortReleasesAWaitingStream) {
+  SKIP_BELOW_TWO_DEVICES();
   std::vector<collComm_t> comms(2, nullptr);
   ASSERT_EQ(collCommInitAll(comms.data(), 2, nullptr), collSuccess) << collGetLastError(nullptr);
   CUstream s = makeStream();
@@ -356,7 +391,32 @@ TEST(GpuCalls, AbortReleasesAWaitingStream) {
   EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
 }
 
+// A CUDA error on the progress thread: the stream moves on and the communicator reports it as
+// NCCL does, through collCommGetAsyncError.
+TEST(GpuCalls, AsyncErrorIsReported) {
+  auto inject = doubleFunction<CUresult (*)(const char*, int, CUresult)>("collCudaDoubleInjectError");
+  ASSERT_NE(inject, nullptr);
+  std::vector<collComm_t> comms(1, nullptr);
+  ASSERT_EQ(collCommInitAll(comms.data(), 1, nullptr), collSuccess);
+  CUstream s = makeStream();
+  {
+    DeviceBuffer d(64);
+    ASSERT_EQ(inject("cuMemcpyAsync", 1, cu::kErrorLaunchFailed), 0);
+    ASSERT_EQ(collAllReduce(d.ptr, d.ptr, 16, collInt32, collSum, comms[0], s), collSuccess);
+    EXPECT_EQ(cuda().cuStreamSynchronize(s), 0) << "the stream is released";
+    collResult_t asyncErr = collSuccess;
+    for (int i = 0; i < 100 && asyncErr == collSuccess; ++i) {
+      ASSERT_EQ(collCommGetAsyncError(comms[0], &asyncErr), collSuccess);
+      if (asyncErr == collSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(asyncErr, collUnhandledCudaError);
+  }
+  EXPECT_EQ(collCommAbort(comms[0]), collSuccess);
+  EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+}
+
 TEST(GpuCalls, InitAllWithDevicesAndOneThreadGroups) {
+  SKIP_BELOW_TWO_DEVICES();
   std::vector<collComm_t> comms(2, nullptr);
   const int devs[2] = {1, 0};
   ASSERT_EQ(collCommInitAll(comms.data(), 2, devs), collSuccess) << collGetLastError(nullptr);
