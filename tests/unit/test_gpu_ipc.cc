@@ -1,0 +1,339 @@
+// The intra-node device path over CUDA IPC (src/comm/device_ipc.h), against the CUDA driver test
+// double (not a GPU: device memory is a memfd, IPC handles open across processes, an open in the
+// handle's own process is refused as with CUDA, kernels run on host threads):
+//  - ranks as threads of one process (peers used by pointer): All-Reduce of every type and op on
+//    2-4 ranks, counts around the chunk, in place and not, exact and equal to the staged path's;
+//  - ranks that cannot reach each other (another device of the same process) fall back to staging;
+//  - 2 and 4 processes sharing device 0 (real cross-process IPC handles of the double): this test
+//    binary re-executed as each rank (GpuIpcChild.*).
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/perf_data.h"
+#include "collective/collective.h"
+#include "src/comm/device_ipc.h"
+#include "src/gpu/cuda_driver.h"
+#include "tests/unit/comm_threads.h"
+
+extern char** environ;
+
+namespace coll {
+namespace {
+
+constexpr size_t kChunk = 4096;  // COLL_GPU_IPC_CHUNK in these tests: many chunks at small counts
+
+// Before anything loads the driver: the double (two devices, unless a parent process chose), a
+// small IPC chunk. A child rank of the multi-process test inherits its parent's settings.
+const bool kEnvironment = [] {
+  setenv("COLL_CUDA_DRIVER", COLL_CUDA_DOUBLE_PATH, 1);
+  setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 0);
+  setenv("COLL_GPU_IPC_CHUNK", "4K", 1);
+  return true;
+}();
+
+using testutil::ScopedEnv;
+using testutil::withComms;
+
+const gpu::CudaDriver& cuda() {
+  const gpu::CudaDriver* cu = gpu::cudaDriver();
+  EXPECT_NE(cu, nullptr) << "the CUDA double did not load";
+  return *cu;
+}
+
+CUdeviceptr dp(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t n) { EXPECT_EQ(collMemAlloc(&ptr, n), collSuccess) << collGetLastError(nullptr); }
+  ~DeviceBuffer() { EXPECT_EQ(collMemFree(ptr), collSuccess); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void upload(const void* host, size_t bytes) {
+    ASSERT_EQ(cuda().cuMemcpyAsync(dp(ptr), dp(host), bytes, cu::perThreadStream()), 0);
+    ASSERT_EQ(cuda().cuStreamSynchronize(cu::perThreadStream()), 0);
+  }
+  std::vector<unsigned char> download(size_t bytes) {
+    std::vector<unsigned char> v(bytes);
+    EXPECT_EQ(cuda().cuMemcpyAsync(dp(v.data()), dp(ptr), bytes, cu::perThreadStream()), 0);
+    EXPECT_EQ(cuda().cuStreamSynchronize(cu::perThreadStream()), 0);
+    return v;
+  }
+};
+
+const collDataType_t kTypes[] = {collInt8,    collUint8,   collInt32,   collUint32,     collInt64,     collUint64,
+                                 collFloat16, collFloat32, collFloat64, collBfloat16, collFloat8e4m3, collFloat8e5m2};
+const collRedOp_t kOps[] = {collSum, collProd, collMax, collMin, collAvg};
+
+// Counts around the chunk (in elements of the type) and across several chunks.
+std::vector<size_t> countsFor(collDataType_t t, int nranks) {
+  const size_t c = kChunk / perf::typeSize(t);
+  return {1, static_cast<size_t>(nranks) - 1 + 2, c - 1, c, c + 1, 3 * c + 5};
+}
+
+// One rank's battery: every type, op, count, in place and not. Returns each result's bytes in
+// order; checks each against the exact expected result.
+std::vector<std::vector<unsigned char>> battery(int rank, int nranks, collComm_t comm, CUstream s) {
+  std::vector<std::vector<unsigned char>> results;
+  for (collDataType_t t : kTypes) {
+    for (collRedOp_t op : kOps) {
+      for (size_t count : countsFor(t, nranks)) {
+        for (bool inPlace : {false, true}) {
+          const size_t bytes = count * perf::typeSize(t);
+          std::vector<unsigned char> in(bytes);
+          perf::fillInput(in.data(), count, t, op, rank, nranks);
+          DeviceBuffer send(bytes), recv(bytes + 64);
+          send.upload(in.data(), bytes);
+          std::vector<unsigned char> guard(bytes + 64, 0x5a);
+          recv.upload(guard.data(), guard.size());
+          void* dst = inPlace ? send.ptr : recv.ptr;
+          EXPECT_EQ(collAllReduce(send.ptr, dst, count, t, op, comm, s), collSuccess) << collGetLastError(comm);
+          EXPECT_EQ(cuda().cuStreamSynchronize(s), 0);
+          std::vector<unsigned char> got = (inPlace ? send : recv).download(bytes);
+          std::string first;
+          EXPECT_EQ(perf::checkResult(got.data(), count, t, op, nranks, &first), 0u)
+              << "rank " << rank << " of " << nranks << ": " << perf::typeName(t) << " " << perf::opName(op)
+              << " count " << count << (inPlace ? " in place" : "") << ": " << first;
+          if (!inPlace) {
+            std::vector<unsigned char> tail = recv.download(bytes + 64);
+            for (size_t i = bytes; i < bytes + 64; ++i) EXPECT_EQ(tail[i], 0x5a) << "written past the end";
+            EXPECT_EQ(send.download(bytes), in) << "the send buffer changed";
+          }
+          results.push_back(std::move(got));
+        }
+      }
+    }
+  }
+  return results;
+}
+
+CUstream makeStream(int device = 0) {
+  EXPECT_TRUE(gpu::setCurrentDevice(cuda(), device).ok());
+  CUstream s = nullptr;
+  EXPECT_EQ(cuda().cuStreamCreate(&s, cu::kStreamNonBlocking), 0);
+  return s;
+}
+
+// Every type and op on 2-4 ranks (threads of this process: peers by pointer), through IPC, then
+// the same through staging: exact, and the same bytes.
+TEST(GpuIpc, AllReduceEveryTypeAndOpEqualsStaging) {
+  for (int n : {2, 3, 4}) {
+    std::vector<std::vector<std::vector<unsigned char>>> ipc(static_cast<size_t>(n)), staged(static_cast<size_t>(n));
+    const uint64_t before = deviceIpcCollectives();
+    withComms(n, [&](int rank, collComm_t comm) {
+      CUstream s = makeStream();
+      ipc[static_cast<size_t>(rank)] = battery(rank, n, comm, s);
+      EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+    });
+    const uint64_t calls = ipc[0].size();
+    EXPECT_EQ(deviceIpcCollectives() - before, calls * static_cast<uint64_t>(n)) << "every call took the IPC path";
+    {
+      ScopedEnv off("COLL_GPU_IPC", "0");
+      withComms(n, [&](int rank, collComm_t comm) {
+        CUstream s = makeStream();
+        staged[static_cast<size_t>(rank)] = battery(rank, n, comm, s);
+        EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+      });
+    }
+    EXPECT_EQ(deviceIpcCollectives() - before, calls * static_cast<uint64_t>(n)) << "COLL_GPU_IPC=0 stages";
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(ipc[static_cast<size_t>(r)].size(), staged[static_cast<size_t>(r)].size());
+      for (size_t i = 0; i < ipc[static_cast<size_t>(r)].size(); ++i) {
+        EXPECT_EQ(ipc[static_cast<size_t>(r)][i], staged[static_cast<size_t>(r)][i]) << "rank " << r << " call " << i;
+        EXPECT_EQ(ipc[static_cast<size_t>(r)][i], ipc[0][i]) << "ranks differ: rank " << r << " call " << i;
+      }
+    }
+  }
+}
+
+// Calls the path does not take (PreMulSum, other collectives) still stage on an IPC communicator,
+// interleaved with IPC All-Reduces.
+TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
+  const int n = 3;
+  const uint64_t before = deviceIpcCollectives();
+  withComms(n, [&](int rank, collComm_t comm) {
+    CUstream s = makeStream();
+    const size_t count = 2 * kChunk + 7;
+    std::vector<float> x(count, static_cast<float>(rank + 1));
+    DeviceBuffer a(count * 4), b(count * 4 * n);
+    a.upload(x.data(), count * 4);
+    ASSERT_EQ(collAllReduce(a.ptr, a.ptr, count, collFloat32, collSum, comm, s), collSuccess);
+    ASSERT_EQ(collAllGather(a.ptr, b.ptr, count, collFloat32, comm, s), collSuccess);
+    collRedOp_t premul;
+    const float two = 2.0f;
+    ASSERT_EQ(collRedOpCreatePreMulSum(&premul, const_cast<float*>(&two), collFloat32, collScalarHostImmediate, comm),
+              collSuccess);
+    ASSERT_EQ(collAllReduce(a.ptr, a.ptr, count, collFloat32, premul, comm, s), collSuccess);
+    ASSERT_EQ(collAllReduce(a.ptr, a.ptr, count, collFloat32, collMax, comm, s), collSuccess);
+    ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+    EXPECT_EQ(collRedOpDestroy(premul, comm), collSuccess);
+    std::vector<unsigned char> raw = a.download(count * 4);
+    std::vector<unsigned char> all = b.download(count * 4 * n);
+    const float sum = static_cast<float>(n * (n + 1) / 2);
+    for (size_t i = 0; i < count; ++i) {
+      float v, g;
+      memcpy(&v, raw.data() + i * 4, 4);
+      ASSERT_EQ(v, 2.0f * sum * static_cast<float>(n)) << i;
+      memcpy(&g, all.data() + ((i * 7) % (count * n)) * 4, 4);
+      ASSERT_EQ(g, sum);
+    }
+    EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+  });
+  EXPECT_EQ(deviceIpcCollectives() - before, 2u * n) << "two of the four calls on the IPC path";
+}
+
+// Ranks of one process on different devices cannot use each other's pointers (no peer access is
+// enabled): every rank stages, and the results are right.
+TEST(GpuIpc, UnreachablePeersFallBackToStaging) {
+  const int n = 2;
+  const uint64_t before = deviceIpcCollectives();
+  withComms(n, [&](int rank, collComm_t comm) {
+    CUstream s = makeStream(rank);
+    const size_t count = kChunk + 3;
+    std::vector<int32_t> x(count, rank + 1);
+    DeviceBuffer a(count * 4);
+    a.upload(x.data(), count * 4);
+    ASSERT_EQ(collAllReduce(a.ptr, a.ptr, count, collInt32, collSum, comm, s), collSuccess) << collGetLastError(comm);
+    ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+    std::vector<unsigned char> raw = a.download(count * 4);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t v;
+      memcpy(&v, raw.data() + i * 4, 4);
+      ASSERT_EQ(v, 3) << i;
+    }
+    collResult_t err = collSuccess;
+    EXPECT_EQ(collCommGetAsyncError(comm, &err), collSuccess);
+    EXPECT_EQ(err, collSuccess);
+    EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+  });
+  EXPECT_EQ(deviceIpcCollectives(), before) << "no call took the IPC path";
+}
+
+// ---- several processes on device 0 ----
+
+std::string hex(const void* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned b = static_cast<const unsigned char*>(p)[i];
+    out += digits[b >> 4], out += digits[b & 15];
+  }
+  return out;
+}
+
+bool unhex(const std::string& s, void* p, size_t n) {
+  if (s.size() != 2 * n) return false;
+  for (size_t i = 0; i < n; ++i) static_cast<unsigned char*>(p)[i] = static_cast<unsigned char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  return true;
+}
+
+// Runs this binary as `n` ranks (GpuIpcChild.Rank), each with one device (0) of the double; all
+// must pass within the time limit.
+void runProcesses(int n) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  const std::string self = [] {
+    char buf[4096];
+    const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    return std::string(buf, len > 0 ? static_cast<size_t>(len) : 0);
+  }();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (strncmp(*e, "COLL_CUDA_DOUBLE_DEVICES=", 25) != 0 && strncmp(*e, "GTEST_", 6) != 0) env.emplace_back(*e);
+    }
+    env.push_back("COLL_CUDA_DOUBLE_DEVICES=1");
+    env.push_back("COLL_IPC_TEST_RANK=" + std::to_string(r));
+    env.push_back("COLL_IPC_TEST_NRANKS=" + std::to_string(n));
+    env.push_back("COLL_IPC_TEST_ID=" + hex(&id, sizeof id));
+    env.push_back("COLL_TIMEOUT=60");
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string filter = "--gtest_filter=GpuIpcChild.Rank";
+    std::vector<char*> argv = {const_cast<char*>(self.c_str()), filter.data(), nullptr};
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  std::vector<int> status(pids.size(), -1);
+  size_t left = pids.size();
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) status[i] = st, --left;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (status[i] == -1) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], nullptr, 0);
+      ADD_FAILURE() << "rank " << i << " of " << n << " did not finish in time";
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0)
+        << "rank " << i << " of " << n << " failed (status " << status[i] << ")";
+  }
+}
+
+TEST(GpuIpc, TwoProcessesShareDevice0) { runProcesses(2); }
+TEST(GpuIpc, FourProcessesShareDevice0) { runProcesses(4); }
+
+// One rank of runProcesses (skipped when run on its own): All-Reduce of several types and ops
+// over real cross-process IPC handles, exact results, every call on the IPC path.
+TEST(GpuIpcChild, Rank) {
+  const char* rankText = getenv("COLL_IPC_TEST_RANK");
+  if (rankText == nullptr) GTEST_SKIP() << "a rank of GpuIpc.*ProcessesShareDevice0, run by that test";
+  const int rank = atoi(rankText), n = atoi(getenv("COLL_IPC_TEST_NRANKS"));
+  collUniqueId id;
+  ASSERT_TRUE(unhex(getenv("COLL_IPC_TEST_ID"), &id, sizeof id));
+  ASSERT_EQ(cuda().deviceCount, 1);
+  ASSERT_TRUE(gpu::setCurrentDevice(cuda(), 0).ok());
+  collComm_t comm = nullptr;
+  ASSERT_EQ(collCommInitRank(&comm, n, id, rank), collSuccess) << collGetLastError(nullptr);
+  CUstream s = makeStream();
+  const uint64_t before = deviceIpcCollectives();
+  uint64_t calls = 0;
+  for (collDataType_t t : {collInt32, collFloat32, collFloat16, collBfloat16, collFloat64, collUint8}) {
+    for (collRedOp_t op : kOps) {
+      for (size_t count : countsFor(t, n)) {
+        const size_t bytes = count * perf::typeSize(t);
+        std::vector<unsigned char> in(bytes);
+        perf::fillInput(in.data(), count, t, op, rank, n);
+        DeviceBuffer send(bytes), recv(bytes);
+        send.upload(in.data(), bytes);
+        const bool inPlace = (count & 1) != 0;
+        void* dst = inPlace ? send.ptr : recv.ptr;
+        ASSERT_EQ(collAllReduce(send.ptr, dst, count, t, op, comm, s), collSuccess) << collGetLastError(comm);
+        ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+        ++calls;
+        std::vector<unsigned char> got = (inPlace ? send : recv).download(bytes);
+        std::string first;
+        ASSERT_EQ(perf::checkResult(got.data(), count, t, op, n, &first), 0u)
+            << "rank " << rank << " of " << n << " (processes): " << perf::typeName(t) << " " << perf::opName(op)
+            << " count " << count << ": " << first;
+      }
+    }
+  }
+  collResult_t err = collSuccess;
+  EXPECT_EQ(collCommGetAsyncError(comm, &err), collSuccess);
+  EXPECT_EQ(err, collSuccess);
+  EXPECT_EQ(deviceIpcCollectives() - before, calls) << "every call took the IPC path (cross-process handles)";
+  EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+  EXPECT_EQ(collCommDestroy(comm), collSuccess);
+}
+
+}  // namespace
+}  // namespace coll
