@@ -40,9 +40,13 @@ bool CollBackend::enqueue(const CollCall& c, std::string* error) {
   return issue(c, stream_, error);
 }
 
+bool CollBackend::enqueueDevice(const CollCall& c, void* cudaStream, std::string* error) {
+  return issue(c, cudaStream, error);
+}
+
+// With device buffers the caller has synchronized the CUDA stream first: only the ops remain.
 bool CollBackend::synchronize(std::string* error) {
-  if (stream_ == nullptr) return true;
-  collResult_t res = collHostStreamSynchronize(stream_);
+  collResult_t res = stream_ != nullptr ? collHostStreamSynchronize(stream_) : collSuccess;
   if (res != collSuccess) *error = "collHostStreamSynchronize: " + collErrorText(res, nullptr);
   for (collRedOp_t op : pendingOps_) {
     collResult_t d = collRedOpDestroy(op, comm_);

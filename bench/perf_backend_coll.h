@@ -26,6 +26,8 @@ class CollBackend : public PerfBackend {
   bool openStream(std::string* error) override;
   bool enqueue(const CollCall& call, std::string* error) override;
   bool synchronize(std::string* error) override;
+  // Device buffers: the call queued on the CUDA stream `cudaStream` (a cudaStream_t).
+  bool enqueueDevice(const CollCall& call, void* cudaStream, std::string* error) override;
   bool traffic(PerfTraffic* out) override;
 
  private:
@@ -34,7 +36,8 @@ class CollBackend : public PerfBackend {
   collComm_t comm_;
   int rank_ = 0, size_ = 1;
   collStream_t stream_ = nullptr;
-  // PreMulSum ops of queued calls: destroyed only once the stream has run them.
+  // PreMulSum ops of queued calls (host or CUDA stream): destroyed at synchronize(), once the
+  // stream has run them.
   std::vector<collRedOp_t> pendingOps_;
 };
 

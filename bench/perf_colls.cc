@@ -201,4 +201,40 @@ size_t checkCall(const CollCall& c, const CollShape& shape, int rank, int nranks
   return wrong;
 }
 
+void expectedRecv(const CollCall& c, const CollShape& shape, int rank, int nranks, bool inPlace, uint64_t seed,
+                  void* out) {
+  const size_t elt = typeSize(c.type);
+  const size_t r = static_cast<size_t>(rank);
+  const size_t dst = inPlace ? shape.recvInplaceOffset * r : 0;
+  const size_t src = shape.sendInplaceOffset * r;
+  const bool gets = receives(c, rank);
+  const bool reduces = collInfo(c.coll).reduces;
+  auto* o = static_cast<unsigned char*>(out);
+  memset(out, kPoison, shape.extent() * elt);
+  for (size_t e = 0; e < shape.extent(); ++e) {
+    if (gets && e >= dst && e - dst < shape.recvCount) {
+      const size_t j = e - dst;
+      switch (c.coll) {
+        case PerfColl::AllReduce:
+        case PerfColl::Reduce: storeElement(out, e, c.type, expectedElement(c.type, c.op, nranks, j)); break;
+        case PerfColl::ReduceScatter:
+          storeElement(out, e, c.type, expectedElement(c.type, c.op, nranks, r * c.count + j));
+          break;
+        case PerfColl::AllGather:
+        case PerfColl::Gather: fillPattern(o + e * elt, 1, elt, static_cast<int>(j / c.count), j, seed); break;
+        case PerfColl::Broadcast: fillPattern(o + e * elt, 1, elt, c.root, j, seed); break;
+        case PerfColl::AlltoAll:
+          fillPattern(o + e * elt, 1, elt, static_cast<int>(j / c.count), r * c.count + j % c.count, seed);
+          break;
+        case PerfColl::SendRecv: fillPattern(o + e * elt, 1, elt, (rank - 1 + nranks) % nranks, j, seed); break;
+        case PerfColl::Scatter: fillPattern(o + e * elt, 1, elt, c.root, r * c.count + j, seed); break;
+      }
+    } else if (inPlace && e >= src && e - src < shape.sendCount) {
+      const size_t k = e - src;
+      if (reduces) storeElement(out, e, c.type, inputElement(c.type, c.op, rank, nranks, k));
+      else fillPattern(o + e * elt, 1, elt, rank, inputIndex(c, rank, k), seed);
+    }
+  }
+}
+
 }  // namespace coll::perf

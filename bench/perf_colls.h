@@ -73,4 +73,10 @@ void prepareCheck(const CollCall& call, const CollShape& shape, int rank, int nr
 size_t checkCall(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace, const void* sendBuf,
                  const void* recvBuf, uint64_t seed, std::string* firstError);
 
+// The bytes checkCall accepts in recvBuf's extent after the call (result, untouched in-place
+// input, poison elsewhere), written to `out` (shape.extent() elements): what a device check compares
+// against byte for byte.
+void expectedRecv(const CollCall& call, const CollShape& shape, int rank, int nranks, bool inPlace, uint64_t seed,
+                  void* out);
+
 }  // namespace coll::perf

@@ -71,14 +71,20 @@ void printUsage(FILE* out, const char* program) {
           "  -r, --root R          root of broadcast/reduce/gather/scatter; -1 = every rank [0]\n"
           "  -a, --average 0..3    time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
           "  -T, --timeout SEC     abort a test that runs longer than SEC        [0 = none]\n"
-          "  -z, --blocking 0|1    with --stream: 1 synchronizes after every call, 0 once\n"
-          "                        after the timed loop; without it host calls always block [1]\n"
+          "  -z, --blocking 0|1    with --stream or device buffers: 1 synchronizes after every\n"
+          "                        call, 0 once after the timed loop; host calls without\n"
+          "                        --stream always block [--stream 1, device 0]\n"
           "      --stream          queue the calls on a host stream (libcollective only); the\n"
           "                        time columns are stream times, and per size an overlap line\n"
           "                        compares the collective alone (comm), a calibrated busy loop\n"
           "                        alone (comp) and both at once (both): overlap =\n"
           "                        (comm + comp - both) / min(comm, comp) in [0,1], 1 = hidden\n"
-          "  -t, -g N              accepted for compatibility (must be 1)\n"
+          "  -G, --device 0|1      1: buffers in device memory (collMemAlloc on device\n"
+          "                        local rank %% device count, calls on a CUDA stream per rank,\n"
+          "                        the check counted on the device); 0: host memory\n"
+          "                        [1 when a CUDA device is present, else 0]\n"
+          "      --host            host memory (as -G 0)\n"
+          "  -t, -g N              one thread, one GPU per process (must be 1)\n"
           "      --compress SPEC   all_reduce through collAllReduceCompressed (libcollective):\n"
           "                        SPEC = int4[:B][:stochastic][:feedback][:threshold], B block\n"
           "                        size 32/64/128/256 [64]; feedback = a residual buffer (error\n"
@@ -193,8 +199,23 @@ void jsonEscape(FILE* f, const std::string& s) {
 
 class Runner {
  public:
-  Runner(PerfColl coll, const PerfOptions& opts, PerfBackend& backend)
-      : coll_(coll), info_(collInfo(coll)), opts_(opts), be_(backend) {}
+  Runner(PerfColl coll, const PerfOptions& opts, PerfBackend& backend, PerfDevice* device)
+      : coll_(coll), info_(collInfo(coll)), opts_(opts), be_(backend), dev_(device) {
+    blocking_ = opts.blocking >= 0 ? opts.blocking : (device != nullptr ? 0 : 1);
+  }
+
+  ~Runner() {
+    if (dev_ != nullptr) {
+      std::string ignored;
+      (void)dev_->synchronize(&ignored);
+      for (void* p : {send_, recv_, wantSend_, wantRecv_}) {
+        if (p != nullptr) dev_->release(p);
+      }
+    } else {
+      free(send_);
+      free(recv_);
+    }
+  }
 
   int run() {
     rank_ = be_.rank();
@@ -226,17 +247,51 @@ class Runner {
       }
       busy_.calibrate();
     }
+    if (dev_ != nullptr && (opts_.stream || opts_.compress.enabled)) {
+      if (rank_ == 0)
+        fprintf(stderr, "%s: %s takes host buffers: add --host (or -G 0)\n", info_.name,
+                opts_.stream ? "--stream" : "--compress");
+      return 2;
+    }
+    if (dev_ != nullptr && opts_.check) {
+      // Decided once; a driver without the kernels' image (no nvcc at build time) checks on the host.
+      std::string why;
+      checkOnDevice_ = dev_->canCountOnDevice(&why);
+      if (!checkOnDevice_) hostCheckWhy_ = why;
+    }
     if (!printPreamble()) return 2;
     size_t bufBytes = std::max<size_t>(opts_.maxBytes, 64);
     bufBytes = (bufBytes + 4095) & ~size_t{4095};
-    send_.reset(aligned_alloc(4096, bufBytes));
-    recv_.reset(aligned_alloc(4096, bufBytes));
-    if (!send_ || !recv_) {
-      fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank_, bufBytes);
-      return 2;
+    if (dev_ != nullptr) {
+      // Device buffers, and host images of them for preparing and (without kernels) checking.
+      std::string err;
+      if (!dev_->alloc(bufBytes, &send_, &err) || !dev_->alloc(bufBytes, &recv_, &err) ||
+          (opts_.check && checkOnDevice_ &&
+           (!dev_->alloc(bufBytes, &wantSend_, &err) || !dev_->alloc(bufBytes, &wantRecv_, &err)))) {
+        fprintf(stderr, "rank %d: cannot allocate device buffers of %zu bytes: %s\n", rank_, bufBytes, err.c_str());
+        return 2;
+      }
+      hostSend_.reset(aligned_alloc(4096, bufBytes));
+      hostRecv_.reset(aligned_alloc(4096, bufBytes));
+      if (!hostSend_ || !hostRecv_) {
+        fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank_, bufBytes);
+        return 2;
+      }
+      memset(hostSend_.get(), 0, bufBytes);
+      if (!dev_->upload(send_, hostSend_.get(), bufBytes, &err) || !dev_->upload(recv_, hostSend_.get(), bufBytes, &err)) {
+        fprintf(stderr, "rank %d: clearing the device buffers failed: %s\n", rank_, err.c_str());
+        return 2;
+      }
+    } else {
+      send_ = aligned_alloc(4096, bufBytes);
+      recv_ = aligned_alloc(4096, bufBytes);
+      if (send_ == nullptr || recv_ == nullptr) {
+        fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank_, bufBytes);
+        return 2;
+      }
+      memset(send_, 0, bufBytes);
+      memset(recv_, 0, bufBytes);
     }
-    memset(send_.get(), 0, bufBytes);
-    memset(recv_.get(), 0, bufBytes);
     // Up to bufBytes / 2 elements (16-bit types), one float of residual each.
     if (opts_.compress.feedback) residual_.assign(bufBytes / 2, 0.0f);
     if (opts_.timeoutSec > 0) signal(SIGALRM, onAlarm);
@@ -319,15 +374,21 @@ class Runner {
     }
   }
 
-  // One call: blocking, or queued on the stream with --stream (then synchronize() completes it).
+  // One call: blocking, or queued on the host stream with --stream, or on the CUDA stream with
+  // device buffers (then syncStream() completes it).
   bool issue(const CollCall& call, std::string* err) {
+    if (dev_ != nullptr) return be_.enqueueDevice(call, dev_->stream(), err);
     return opts_.stream ? be_.enqueue(call, err) : be_.run(call, err);
   }
 
-  bool syncStream(std::string* err) { return !opts_.stream || be_.synchronize(err); }
+  bool syncStream(std::string* err) {
+    if (dev_ != nullptr) return dev_->synchronize(err) && be_.synchronize(err);
+    return !opts_.stream || be_.synchronize(err);
+  }
+  bool queued() const { return dev_ != nullptr || opts_.stream; }
 
   CollCall callFor(const Row& row, bool inPlace) {
-    CollCall c = makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_.get(), recv_.get());
+    CollCall c = makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_, recv_);
     if (opts_.compress.enabled) {
       c.compress = &compression_;
       c.residual = residual_.empty() ? nullptr : residual_.data();
@@ -365,7 +426,7 @@ class Runner {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < opts_.iters; ++i) {
       if (!issue(call, &err)) return fail(std::string("timed ") + info_.name, err);
-      if (opts_.blocking && !syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
+      if (blocking_ && queued() && !syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     }
     if (!syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     auto t1 = std::chrono::steady_clock::now();
@@ -387,12 +448,12 @@ class Runner {
     const CollCall call = callFor(row, inPlace);
     const size_t count = row.shape.count, bytes = count * typeSize(row.type);
     const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
-    void* in = inPlace ? recv_.get() : send_.get();
+    void* in = inPlace ? recv_ : send_;
     fillCompressInput(in, count, row.type, rank_, seed);
-    if (!inPlace) memset(recv_.get(), 0xa5, bytes);
+    if (!inPlace) memset(recv_, 0xa5, bytes);
     clearResidual(count);
     if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
-    CompressCheck c = checkCompressed(recv_.get(), count, row.type, row.op, nranks_, opts_.compress, seed);
+    CompressCheck c = checkCompressed(static_cast<const void*>(recv_), count, row.type, row.op, nranks_, opts_.compress, seed);
     size_t wrong = c.wrong;
     if (wrong > 0) {
       fprintf(stderr, "rank %d: %s: %zu elements beyond the tolerance; first: %s\n", rank_,
@@ -401,12 +462,12 @@ class Runner {
     if (!inPlace) {
       std::vector<unsigned char> fresh(bytes);
       fillCompressInput(fresh.data(), count, row.type, rank_, seed);
-      if (bytes > 0 && memcmp(fresh.data(), send_.get(), bytes) != 0) {
+      if (bytes > 0 && memcmp(fresh.data(), send_, bytes) != 0) {
         fprintf(stderr, "rank %d: out-of-place: the send buffer changed\n", rank_);
         ++wrong;
       }
     }
-    const unsigned long long h = hashBytes(recv_.get(), bytes);
+    const unsigned long long h = hashBytes(recv_, bytes);
     unsigned long long hmax = 0, hmin = 0;
     if (!be_.allReduce(&h, &hmax, 1, collUint64, collMax, &err) ||
         !be_.allReduce(&h, &hmin, 1, collUint64, collMin, &err))
@@ -420,15 +481,55 @@ class Runner {
     return reduceDouble(static_cast<double>(wrong), collSum, &p->wrong);
   }
 
+  // Device buffers: the inputs prepared on the host and uploaded; after the call the expected
+  // buffers are uploaded once and the mismatches counted on the device (deviceCountMismatches),
+  // or, without the device kernels, the buffers downloaded and checked on the host.
+  bool verifyDevice(const CollCall& call, const Row& row, bool inPlace, uint64_t seed, size_t* wrong,
+                    std::string* first) {
+    std::string err;
+    const size_t elt = typeSize(row.type);
+    const size_t recvBytes = row.shape.extent() * elt, sendBytes = row.shape.sendCount * elt;
+    void* hs = hostSend_.get();
+    void* hr = hostRecv_.get();
+    prepareCheck(call, row.shape, rank_, nranks_, inPlace, hs, hr, seed);
+    if (!dev_->upload(recv_, hr, recvBytes, &err) || (!inPlace && !dev_->upload(send_, hs, sendBytes, &err)))
+      return fail("uploading the check's inputs", err);
+    if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
+    if (checkOnDevice_) {
+      expectedRecv(call, row.shape, rank_, nranks_, inPlace, seed, hr);
+      unsigned long long bad = 0, badSend = 0;
+      if (!dev_->upload(wantRecv_, hr, recvBytes, &err) ||
+          !dev_->countMismatches(recv_, wantRecv_, row.shape.extent(), row.type, &bad, &err))
+        return fail("counting mismatches on the device", err);
+      if (!inPlace && (!dev_->upload(wantSend_, hs, sendBytes, &err) ||
+                       !dev_->countMismatches(send_, wantSend_, row.shape.sendCount, row.type, &badSend, &err)))
+        return fail("counting mismatches on the device", err);
+      *wrong = static_cast<size_t>(bad + badSend);
+      if (*wrong == 0) return true;
+      // Wrong elements: describe the first as the host check does.
+      prepareCheck(call, row.shape, rank_, nranks_, inPlace, hs, hr, seed);
+    }
+    if (!dev_->download(hr, recv_, recvBytes, &err) || (!inPlace && !dev_->download(hs, send_, sendBytes, &err)))
+      return fail("downloading the result", err);
+    size_t hostWrong = checkCall(call, row.shape, rank_, nranks_, inPlace, hs, hr, seed, first);
+    if (!checkOnDevice_) *wrong = hostWrong;
+    return true;
+  }
+
   // One separate call on fresh inputs; every rank checks its whole receive (and send) buffer.
   bool verify(const Row& row, bool inPlace, Placement* p) {
     if (opts_.compress.enabled) return verifyCompressed(row, inPlace, p);
     std::string err, first;
     const CollCall call = callFor(row, inPlace);
     const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
-    prepareCheck(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed);
-    if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
-    size_t wrong = checkCall(call, row.shape, rank_, nranks_, inPlace, send_.get(), recv_.get(), seed, &first);
+    size_t wrong = 0;
+    if (dev_ != nullptr) {
+      if (!verifyDevice(call, row, inPlace, seed, &wrong, &first)) return false;
+    } else {
+      prepareCheck(call, row.shape, rank_, nranks_, inPlace, send_, recv_, seed);
+      if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
+      wrong = checkCall(call, row.shape, rank_, nranks_, inPlace, send_, recv_, seed, &first);
+    }
     if (wrong > 0) {
       fprintf(stderr, "rank %d: %s: %zu wrong; first: %s\n", rank_, inPlace ? "in-place" : "out-of-place", wrong,
               first.c_str());
@@ -481,7 +582,10 @@ class Runner {
     std::vector<unsigned char> mine(kSlot * nranks_, 0), all(kSlot * nranks_, 0);
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);
-    snprintf(reinterpret_cast<char*>(&mine[kSlot * rank_]), kSlot, "%d %s", static_cast<int>(getpid()), host);
+    // "pid host|label": the label is the rank's device ("device 0 [0000:01:00.0]") or "[host]".
+    const std::string label = dev_ != nullptr ? dev_->label() : std::string("device  0 [host]");
+    snprintf(reinterpret_cast<char*>(&mine[kSlot * rank_]), kSlot, "%d %s|%s", static_cast<int>(getpid()), host,
+             label.c_str());
     std::string err;
     if (!be_.allReduce(mine.data(), all.data(), all.size(), collUint8, collSum, &err))
       return fail("gathering rank info", err);
@@ -510,15 +614,29 @@ class Runner {
           "# stream: calls queued on a host stream (%s after each timed call); per size an overlap\n"
           "#   line: comm = collective alone, comp = busy loop sized to comm, both = queued collective\n"
           "#   + busy loop + synchronize; overlap = (comm + comp - both) / min(comm, comp), 1 = hidden\n",
-          opts_.blocking ? "synchronized" : "not synchronized");
+          blocking_ ? "synchronized" : "not synchronized");
+    }
+    if (dev_ != nullptr) {
+      printf("# buffers: device memory (collMemAlloc, device local rank %% device count), one CUDA stream per rank;\n"
+             "#   time = the timed loop with the stream synchronized before and after (%s)\n",
+             blocking_ ? "and after every call" : "once after the loop");
+      if (opts_.check) {
+        if (checkOnDevice_) printf("# check: on the device (expected values uploaded, deviceCountMismatches)\n");
+        else printf("# check: on the host (buffers downloaded): %s\n", hostCheckWhy_.c_str());
+      }
+    } else {
+      printf("# buffers: host memory\n");
     }
     printf("#\n# Using devices\n");
     for (int r = 0; r < nranks_; ++r) {
       char slot[kSlot + 1] = {};
       memcpy(slot, &all[kSlot * r], kSlot);
       int pid = atoi(slot);
+      char* bar = strchr(slot, '|');
+      if (bar != nullptr) *bar = '\0';
       const char* space = strchr(slot, ' ');
-      printf("#  Rank %2d Group  0 Pid %6d on %10s device  0 [host] %s\n", r, pid, space ? space + 1 : "?", be_.name());
+      printf("#  Rank %2d Group  0 Pid %6d on %10s %s %s%s\n", r, pid, space ? space + 1 : "?",
+             bar ? bar + 1 : "device  0 [host]", be_.name(), dev_ != nullptr ? " (device buffers)" : " (host buffers)");
     }
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
@@ -605,7 +723,13 @@ class Runner {
     jsonEscape(f, be_.name());
     fprintf(f, ",\n  \"nranks\": %d,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %d,\n  \"average\": %d,\n",
             nranks_, opts_.iters, opts_.warmup, opts_.check, opts_.average);
-    fprintf(f, "  \"stream\": %s,\n  \"blocking\": %d,\n", opts_.stream ? "true" : "false", opts_.blocking);
+    fprintf(f, "  \"stream\": %s,\n  \"blocking\": %d,\n", opts_.stream ? "true" : "false", blocking_);
+    // "memory": where the buffers were ("device": collMemAlloc + a CUDA stream; "host").
+    fprintf(f, "  \"memory\": \"%s\",\n", dev_ != nullptr ? "device" : "host");
+    if (dev_ != nullptr) {
+      fprintf(f, "  \"device\": %d,\n  \"check_on\": \"%s\",\n", dev_->ordinal(),
+              checkOnDevice_ ? "device" : "host");
+    }
     if (opts_.compress.enabled) fprintf(f, "  \"compress\": \"%s\",\n", compressSpecName(opts_.compress).c_str());
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < rows_.size(); ++i) {
@@ -643,7 +767,16 @@ class Runner {
   const PerfOptions& opts_;
   PerfBackend& be_;
   int rank_ = 0, nranks_ = 1;
-  std::unique_ptr<void, AlignedFree> send_, recv_;
+  PerfDevice* dev_;  // not null: device buffers
+  int blocking_ = 1;
+  bool checkOnDevice_ = false;
+  std::string hostCheckWhy_;
+  // Host memory, or device memory (with host images for the check, and the expected buffers).
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+  void* wantSend_ = nullptr;
+  void* wantRecv_ = nullptr;
+  std::unique_ptr<void, AlignedFree> hostSend_, hostRecv_;
   std::vector<Row> rows_;
   BusyLoop busy_;
   size_t units_ = 1;  // busy-loop units of the current size
@@ -671,6 +804,10 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
     }
     if (key == "--stream" && !hasInline) {  // a switch: takes no value
       opts->stream = true;
+      continue;
+    }
+    if (key == "--host" && !hasInline) {
+      opts->deviceBuffers = 0;
       continue;
     }
     if (key == "--wire" && !hasInline) {
@@ -721,10 +858,15 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
       if (!toInt(&opts->blocking)) return bad();
     } else if (key == "-t" || key == "--nthreads" || key == "-g" || key == "--ngpus") {
       if (!toInt(&iv) || iv != 1) {
-        fprintf(stderr, "%s: %s %s: one thread and one device per process only (launch more ranks)\n", program,
-                key.c_str(), val.c_str());
+        fprintf(stderr,
+                "%s: %s %s: one thread and one GPU per process only (nccl-tests' -g 1); launch one rank per GPU "
+                "(collrun -np N)\n",
+                program, key.c_str(), val.c_str());
         return 2;
       }
+    } else if (key == "-G" || key == "--device") {
+      if (!toInt(&iv) || (iv != 0 && iv != 1)) return bad();
+      opts->deviceBuffers = iv;
     } else if (key == "-o" || key == "--op") {
       collRedOp_t op;
       if (val == "all") opts->ops.assign(std::begin(kAllOpsPreMul), std::end(kAllOpsPreMul));
@@ -757,8 +899,14 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
   return -1;
 }
 
-int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend) {
-  Runner runner(coll, opts, backend);
+int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend, PerfDevice* device) {
+  if (device == nullptr && opts.deviceBuffers == 1) {
+    if (backend.rank() == 0)
+      fprintf(stderr, "%s: -G 1: device buffers are not available here (no CUDA device, or a backend without them)\n",
+              collInfo(coll).name);
+    return 2;
+  }
+  Runner runner(coll, opts, backend, device);
   return runner.run();
 }
 

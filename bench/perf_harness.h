@@ -22,7 +22,9 @@ struct PerfOptions {
   int check = 1;
   int average = 1;  // 0 = rank 0, 1 = mean, 2 = min, 3 = max over ranks
   int timeoutSec = 0;
-  int blocking = 1;     // with --stream: 1 synchronizes after every call, 0 once per timed loop
+  // -z: 1 synchronizes the stream after every timed call, 0 once per timed loop; -1 (not given):
+  // 1 with --stream, 0 with device buffers (nccl-tests' default). Host calls without --stream block.
+  int blocking = -1;
   bool stream = false;  // --stream: queue calls on a host stream and measure overlap with compute
   int root = 0;         // -1: every root in turn (rooted collectives)
   std::vector<collRedOp_t> ops{collSum};
@@ -32,6 +34,31 @@ struct PerfOptions {
   CompressSpec compress;
   // --wire (implied by --compress): wire bytes per call and their fraction of an uncompressed ring's.
   bool wire = false;
+  // -G 0|1 / --host: where the buffers live. -1 (neither given): device memory when a CUDA device
+  // is present (and neither --stream nor --compress asks for host memory), else host memory.
+  int deviceBuffers = -1;
+};
+
+// Device buffers and the CUDA stream of one rank (bench/perf_device.h implements it for
+// libcollective). Pointers are device addresses; host pointers are ordinary host memory.
+class PerfDevice {
+ public:
+  virtual ~PerfDevice() = default;
+  virtual int ordinal() const = 0;
+  // "device 0 [0000:01:00.0]": for the "Using devices" lines.
+  virtual std::string label() const = 0;
+  virtual void* stream() const = 0;  // the cudaStream_t the calls are queued on
+  virtual bool alloc(size_t bytes, void** ptr, std::string* error) = 0;
+  virtual void release(void* ptr) = 0;
+  // Copies between host and device memory, complete on return.
+  virtual bool upload(void* device, const void* host, size_t bytes, std::string* error) = 0;
+  virtual bool download(void* host, const void* device, size_t bytes, std::string* error) = 0;
+  virtual bool synchronize(std::string* error) = 0;
+  // Whether mismatches can be counted on the device; when not, why.
+  virtual bool canCountOnDevice(std::string* why) = 0;
+  // Elements of `got` whose bytes differ from `want` (count elements of `type`, device memory).
+  virtual bool countMismatches(const void* got, const void* want, size_t count, collDataType_t type,
+                               unsigned long long* wrong, std::string* error) = 0;
 };
 
 // Bytes a rank handed to transports (collCommGetStats), for the wire columns.
@@ -67,6 +94,12 @@ class PerfBackend {
     return false;
   }
   virtual bool synchronize(std::string*) { return true; }
+  // Device buffers: the call queued on a CUDA stream (returns at once). synchronize() afterwards
+  // releases what the queued calls held once the caller has synchronized the CUDA stream.
+  virtual bool enqueueDevice(const CollCall&, void* /*cudaStream*/, std::string* error) {
+    *error = std::string("the ") + name() + " backend takes no device buffers";
+    return false;
+  }
   // --wire / --compress: this rank's traffic so far; false when the backend cannot tell.
   virtual bool traffic(PerfTraffic*) { return false; }
 
@@ -83,6 +116,7 @@ class PerfBackend {
 
 // Runs every (type, op, root, size) of opts for `coll` and prints the table on rank 0. Returns
 // the process exit code: 0 when every check passed, 1 on wrong results, 2 on communication errors.
-int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend);
+// With `device`, the buffers are device memory and the calls are queued on its stream.
+int runPerf(PerfColl coll, const PerfOptions& opts, PerfBackend& backend, PerfDevice* device = nullptr);
 
 }  // namespace coll::perf

@@ -10,6 +10,12 @@ target_include_directories(coll_perf PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOUR
 add_library(coll_perf_coll STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_backend_coll.cc)
 target_link_libraries(coll_perf_coll PUBLIC coll_perf collective)
 
+# The *_perf benchmarks' device buffers (perf_device.cc) use the library's CUDA driver (src/gpu),
+# which the shared library does not export: they link the library statically, whole.
+add_library(coll_perf_device STATIC ${CMAKE_CURRENT_LIST_DIR}/perf_backend_coll.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf_device.cc)
+target_link_libraries(coll_perf_device PUBLIC coll_perf collective_internal)
+
 add_executable(collinfo ${CMAKE_CURRENT_LIST_DIR}/collinfo.cc)
 target_link_libraries(collinfo PRIVATE collective_internal)
 
@@ -27,7 +33,7 @@ foreach(pair ${COLL_PERF_BINARIES})
   list(GET parts 0 bin)
   list(GET parts 1 coll)
   add_executable(${bin}_perf ${CMAKE_CURRENT_LIST_DIR}/perf_main.cc)
-  target_link_libraries(${bin}_perf PRIVATE coll_perf_coll)
+  target_link_libraries(${bin}_perf PRIVATE coll_perf_device)
   target_compile_definitions(${bin}_perf PRIVATE COLL_PERF_COLL="${coll}" COLL_PERF_PROGRAM="${bin}_perf")
   if(MPI_C_FOUND)
     add_executable(${bin}_perf_mpi ${CMAKE_CURRENT_LIST_DIR}/perf_main_mpi.cc)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/perf_colls.h"
 #include "bench/perf_data.h"
 
 namespace {
@@ -135,6 +136,30 @@ int main() {
       floatToHalf(65520.0f) != 0x7c00 || floatToHalf(65519.0f) != 0x7bff) {
     fprintf(stderr, "FAIL half rounding\n");
     ++failures;
+  }
+  // expectedRecv (the device check's expected bytes) is what checkCall accepts, for every collective.
+  for (const CollInfo& info : kAllColls) {
+    for (int n : {1, 2, 3, 5}) {
+      for (collDataType_t t : kAllTypes) {
+        for (int rank = 0; rank < n; ++rank) {
+          for (bool inPlace : {false, true}) {
+            const CollShape shape = shapeForBytes(info.coll, 1000, typeSize(t), n);
+            std::vector<unsigned char> send(shape.extent() * typeSize(t) + 8), recv(send.size());
+            const int root = info.rooted ? n - 1 : -1;
+            CollCall c = makeCall(info.coll, shape, t, info.reduces ? collAvg : collSum, root, rank, inPlace,
+                                  send.data(), recv.data());
+            prepareCheck(c, shape, rank, n, inPlace, send.data(), recv.data(), 99);
+            expectedRecv(c, shape, rank, n, inPlace, 99, recv.data());
+            std::string first;
+            if (size_t bad = checkCall(c, shape, rank, n, inPlace, send.data(), recv.data(), 99, &first)) {
+              fprintf(stderr, "FAIL expectedRecv %s %s n=%d rank %d %s: %zu wrong; %s\n", info.name, typeName(t), n,
+                      rank, inPlace ? "in-place" : "out-of-place", bad, first.c_str());
+              ++failures;
+            }
+          }
+        }
+      }
+    }
   }
   if (failures) return 1;
   printf("perf_data self-test: OK\n");
