@@ -6,6 +6,7 @@
 //  - ranks that cannot reach each other (another device of the same process) fall back to staging;
 //  - 2 and 4 processes sharing device 0 (real cross-process IPC handles of the double): this test
 //    binary re-executed as each rank (GpuIpcChild.*).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -236,8 +237,8 @@ bool unhex(const std::string& s, void* p, size_t n) {
 }
 
 // Runs this binary as `n` ranks (GpuIpcChild.Rank), each with one device (0) of the double; all
-// must pass within the time limit.
-void runProcesses(int n) {
+// must pass within the time limit. `failOpenRank` >= 0: that rank's cuIpcOpenMemHandle fails.
+void runProcesses(int n, int failOpenRank = -1) {
   collUniqueId id;
   ASSERT_EQ(collGetUniqueId(&id), collSuccess);
   const std::string self = [] {
@@ -256,6 +257,7 @@ void runProcesses(int n) {
     env.push_back("COLL_IPC_TEST_NRANKS=" + std::to_string(n));
     env.push_back("COLL_IPC_TEST_ID=" + hex(&id, sizeof id));
     env.push_back("COLL_TIMEOUT=60");
+    if (failOpenRank >= 0) env.push_back("COLL_IPC_TEST_FAIL_OPEN_RANK=" + std::to_string(failOpenRank));
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -290,6 +292,8 @@ void runProcesses(int n) {
 
 TEST(GpuIpc, TwoProcessesShareDevice0) { runProcesses(2); }
 TEST(GpuIpc, FourProcessesShareDevice0) { runProcesses(4); }
+// One rank failing to open a peer's handle: every rank stages (they agree), with right results.
+TEST(GpuIpc, AFailedOpenOnOneRankMakesEveryRankStage) { runProcesses(3, 1); }
 
 // One rank of runProcesses (skipped when run on its own): All-Reduce of several types and ops
 // over real cross-process IPC handles, exact results, every call on the IPC path.
@@ -304,6 +308,15 @@ TEST(GpuIpcChild, Rank) {
   collComm_t comm = nullptr;
   ASSERT_EQ(collCommInitRank(&comm, n, id, rank), collSuccess) << collGetLastError(nullptr);
   CUstream s = makeStream();
+  const char* failOpen = getenv("COLL_IPC_TEST_FAIL_OPEN_RANK");
+  const bool ipcExpected = failOpen == nullptr;
+  if (failOpen != nullptr && atoi(failOpen) == rank) {
+    void* handle = dlopen(COLL_CUDA_DOUBLE_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(handle, nullptr);
+    auto inject = reinterpret_cast<CUresult (*)(const char*, int, CUresult)>(dlsym(handle, "collCudaDoubleInjectError"));
+    ASSERT_NE(inject, nullptr);
+    ASSERT_EQ(inject("cuIpcOpenMemHandle", 1, cu::kErrorMapFailed), 0);
+  }
   const uint64_t before = deviceIpcCollectives();
   uint64_t calls = 0;
   for (collDataType_t t : {collInt32, collFloat32, collFloat16, collBfloat16, collFloat64, collUint8}) {
@@ -330,7 +343,8 @@ TEST(GpuIpcChild, Rank) {
   collResult_t err = collSuccess;
   EXPECT_EQ(collCommGetAsyncError(comm, &err), collSuccess);
   EXPECT_EQ(err, collSuccess);
-  EXPECT_EQ(deviceIpcCollectives() - before, calls) << "every call took the IPC path (cross-process handles)";
+  EXPECT_EQ(deviceIpcCollectives() - before, ipcExpected ? calls : 0)
+      << (ipcExpected ? "every call took the IPC path (cross-process handles)" : "a failed open: every rank stages");
   EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
   EXPECT_EQ(collCommDestroy(comm), collSuccess);
 }
