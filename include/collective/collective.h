@@ -112,7 +112,10 @@ typedef struct collConfig_v1 {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  int blocking;         /* 1 (default): init and calls block. 0: reserved for non-blocking mode. */
+  int blocking;         /* 1 (default): init blocks. 0 (collCommInitRankConfig, collCommInitFromEnv):
+                           init returns collInProgress at once with *comm set; poll
+                           collCommGetAsyncError until it gives collSuccess (or the init's error);
+                           other calls on the communicator return collInProgress until then. */
   int timeoutMs;        /* deadline for every wait; UNDEF = COLL_TIMEOUT */
   const char* netName;  /* inter-host transport ("tcp"); UNDEF = automatic */
   const char* commName; /* shown in logs */

@@ -3,7 +3,9 @@
 // destroyed communicator is a clean error that never dereferences freed memory.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,7 +45,8 @@ thread_local std::string tLastError;
 collResult_t report(const Status& status, int rank = -1) {
   if (!status.ok()) {
     tLastError = status.message();
-    COLL_WARN(rank, "%s", status.message().c_str());
+    // collInProgress is a state (a non-blocking communicator being made), not a failure.
+    if (status.code() != collInProgress) COLL_WARN(rank, "%s", status.message().c_str());
   }
   return status.code();
 }
@@ -52,9 +55,19 @@ collResult_t report(const Status& status, int rank = -1) {
 // A handle encodes (slot + 1) << 32 | generation. Slots are never freed; a slot's generation
 // changes when its communicator is destroyed, so stale handles fail the lookup.
 
+// A non-blocking communicator (config.blocking = 0) being made on its own thread.
+struct PendingInit {
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::unique_ptr<Comm> comm;  // written by the thread before `done`
+  Status status;
+};
+
 struct Slot {
   std::unique_ptr<Comm> comm;
+  std::shared_ptr<PendingInit> pending;  // set while (or since) a non-blocking init runs
   uint32_t generation = 1;
+  bool occupied() const { return comm || pending; }
 };
 
 std::mutex gRegistryMu;
@@ -68,7 +81,7 @@ collComm_t registerComm(std::unique_ptr<Comm> comm) {
   auto& slots = registry();
   size_t index = slots.size();
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (!slots[i].comm) {
+    if (!slots[i].occupied()) {
       index = i;
       break;
     }
@@ -79,32 +92,114 @@ collComm_t registerComm(std::unique_ptr<Comm> comm) {
   return reinterpret_cast<collComm_t>(static_cast<uintptr_t>(handle));
 }
 
-Status lookup(const collComm_t handle, Comm** out) {
+// The slot of a live handle (gRegistryMu held), with a finished non-blocking init settled: its
+// communicator moves into the slot, or its failure stays there for collCommGetAsyncError.
+Status findSlot(const collComm_t handle, Slot** out) {
   if (handle == nullptr) return makeError(collInvalidArgument, "communicator is NULL");
   uint64_t h = reinterpret_cast<uintptr_t>(handle);
   uint64_t index = (h >> 32) - 1;
   uint32_t generation = static_cast<uint32_t>(h);
-  std::lock_guard<std::mutex> lock(gRegistryMu);
   auto& slots = registry();
-  if ((h >> 32) == 0 || index >= slots.size() || !slots[index].comm || slots[index].generation != generation) {
+  if ((h >> 32) == 0 || index >= slots.size() || !slots[index].occupied() || slots[index].generation != generation) {
     return makeError(collInvalidArgument, "communicator %p is not valid (destroyed, aborted, or never created)",
                      static_cast<void*>(handle));
   }
-  *out = slots[index].comm.get();
+  Slot& slot = slots[index];
+  if (slot.pending && slot.pending->done.load(std::memory_order_acquire) && slot.pending->thread.joinable()) {
+    slot.pending->thread.join();  // done: returns at once
+    if (slot.pending->status.ok()) {
+      slot.comm = std::move(slot.pending->comm);
+      slot.pending.reset();
+    }
+  }
+  *out = &slot;
   return okStatus();
 }
 
-// Removes the communicator from the registry and returns it for destruction outside the lock.
-Status unregister(collComm_t handle, std::unique_ptr<Comm>* out) {
-  Comm* comm = nullptr;
-  COLL_TRY(lookup(handle, &comm));
-  uint64_t index = (reinterpret_cast<uintptr_t>(handle) >> 32) - 1;
+Status lookup(const collComm_t handle, Comm** out) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
-  Slot& slot = registry()[index];
-  *out = std::move(slot.comm);
-  slot.generation++;
-  if (slot.generation == 0) slot.generation = 1;
+  Slot* slot = nullptr;
+  COLL_TRY(findSlot(handle, &slot));
+  if (slot->pending) {
+    if (!slot->pending->done.load(std::memory_order_acquire)) {
+      return makeError(collInProgress,
+                       "communicator %p is still being made (non-blocking): poll collCommGetAsyncError until it "
+                       "returns collSuccess",
+                       static_cast<void*>(handle));
+    }
+    return slot->pending->status;
+  }
+  *out = slot->comm.get();
   return okStatus();
+}
+
+// A non-blocking communicator: a handle now, the communicator made by `make` on its own thread.
+collComm_t registerPending(std::function<Status(std::unique_ptr<Comm>*)> make) {
+  auto pending = std::make_shared<PendingInit>();
+  collComm_t handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(gRegistryMu);
+    auto& slots = registry();
+    size_t index = slots.size();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (!slots[i].occupied()) {
+        index = i;
+        break;
+      }
+    }
+    if (index == slots.size()) slots.emplace_back();
+    slots[index].pending = pending;
+    uint64_t h = (static_cast<uint64_t>(index + 1) << 32) | slots[index].generation;
+    handle = reinterpret_cast<collComm_t>(static_cast<uintptr_t>(h));
+  }
+  PendingInit* p = pending.get();
+  std::lock_guard<std::mutex> lock(gRegistryMu);  // the thread handle is written before anyone joins
+  pending->thread = std::thread([p, make = std::move(make)] {
+    p->status = make(&p->comm);
+    p->done.store(true, std::memory_order_release);
+  });
+  return handle;
+}
+
+// The state of a non-blocking init for collCommGetAsyncError: collInProgress, its error, or
+// collSuccess once the communicator is made (then *comm is set).
+collResult_t initState(const collComm_t handle, Comm** comm, Status* lookupError) {
+  std::lock_guard<std::mutex> lock(gRegistryMu);
+  Slot* slot = nullptr;
+  *lookupError = findSlot(handle, &slot);
+  if (!lookupError->ok()) return lookupError->code();
+  if (slot->pending) {
+    if (!slot->pending->done.load(std::memory_order_acquire)) return collInProgress;
+    tLastError = slot->pending->status.message();
+    return slot->pending->status.code();
+  }
+  *comm = slot->comm.get();
+  return collSuccess;
+}
+
+// Removes the communicator from the registry and returns it for destruction outside the lock. A
+// non-blocking init still running is waited for first (its waits have deadlines).
+Status unregister(collComm_t handle, std::unique_ptr<Comm>* out) {
+  for (;;) {
+    std::shared_ptr<PendingInit> running;
+    {
+      std::lock_guard<std::mutex> lock(gRegistryMu);
+      Slot* slot = nullptr;
+      COLL_TRY(findSlot(handle, &slot));
+      if (slot->pending && !slot->pending->done.load(std::memory_order_acquire)) {
+        running = slot->pending;
+      } else {
+        *out = std::move(slot->comm);  // null for a failed non-blocking init
+        slot->pending.reset();
+        slot->generation++;
+        if (slot->generation == 0) slot->generation = 1;
+        return okStatus();
+      }
+    }
+    while (!running->done.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
 }
 
 // ---- groups ---------------------------------------------------------------------------------------
@@ -127,7 +222,9 @@ thread_local std::vector<QueuedCall> tGroupCalls;
 
 // ---- argument validation -------------------------------------------------------------------------
 
-Status validateConfig(const collConfig_t* config, CommConfig* out) {
+// nonBlocking: where the caller supports config.blocking = 0 (made on a thread of its own), set to
+// the config's choice; nullptr refuses it.
+Status validateConfig(const collConfig_t* config, CommConfig* out, bool* nonBlocking = nullptr) {
   if (config == nullptr) return okStatus();
   if (config->magic != COLL_CONFIG_MAGIC || config->size < offsetof(collConfig_t, timeoutMs)) {
     return makeError(collInvalidArgument,
@@ -139,7 +236,11 @@ Status validateConfig(const collConfig_t* config, CommConfig* out) {
   if (has(offsetof(collConfig_t, blocking), sizeof(int)) && config->blocking != COLL_CONFIG_UNDEF_INT &&
       config->blocking != 1) {
     if (config->blocking != 0) return makeError(collInvalidArgument, "config.blocking must be 0 or 1");
-    return makeError(collInvalidUsage, "non-blocking communicators (config.blocking=0) are not supported yet");
+    if (nonBlocking == nullptr) {
+      return makeError(collInvalidUsage, "config.blocking = 0 is supported by collCommInitRankConfig and "
+                                         "collCommInitFromEnv (not by split and shrink yet)");
+    }
+    *nonBlocking = true;
   }
   if (has(offsetof(collConfig_t, timeoutMs), sizeof(int)) && config->timeoutMs != COLL_CONFIG_UNDEF_INT) {
     if (config->timeoutMs <= 0) return makeError(collInvalidArgument, "config.timeoutMs must be > 0");
@@ -360,12 +461,19 @@ Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* 
   return okStatus();
 }
 
-Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, const CommConfig& config) {
+Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, const CommConfig& config,
+                bool nonBlocking = false) {
   if (out == nullptr) return makeError(collInvalidArgument, "comm (output pointer) is NULL");
   *out = nullptr;
   if (nranks < 1 || nranks > (1 << 24)) return makeError(collInvalidArgument, "nranks %d is out of range", nranks);
   if (rank < 0 || rank >= nranks) {
     return makeError(collInvalidArgument, "rank %d is out of range for %d ranks", rank, nranks);
+  }
+  if (nonBlocking) {
+    *out = registerPending([id, nranks, rank, config](std::unique_ptr<Comm>* comm) {
+      return Comm::create(id, nranks, rank, config, comm);
+    });
+    return Status(collInProgress, "");
   }
   std::unique_ptr<Comm> comm;
   COLL_TRY(Comm::create(id, nranks, rank, config, &comm));
@@ -531,15 +639,17 @@ collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId,
 
 collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank, collConfig_t* config) {
   CommConfig cc;
-  Status s = validateConfig(config, &cc);
+  bool nonBlocking = false;
+  Status s = validateConfig(config, &cc, &nonBlocking);
   if (!s.ok()) return report(s, rank);
-  return report(initComm(comm, nranks, commId, rank, cc), rank);
+  return report(initComm(comm, nranks, commId, rank, cc, nonBlocking), rank);
 }
 
 collResult_t collCommInitFromEnv(collComm_t* comm, collConfig_t* config) {
   if (comm == nullptr) return report(makeError(collInvalidArgument, "comm (output pointer) is NULL"));
   CommConfig cc;
-  Status s = validateConfig(config, &cc);
+  bool nonBlocking = false;
+  Status s = validateConfig(config, &cc, &nonBlocking);
   if (!s.ok()) return report(s);
   EnvBootstrap env;
   s = resolveEnvBootstrap(&env);
@@ -547,7 +657,7 @@ collResult_t collCommInitFromEnv(collComm_t* comm, collConfig_t* config) {
   collUniqueId id;
   s = envUniqueId(env, env.rank == 0, &id);
   if (!s.ok()) return report(s, env.rank);
-  return report(initComm(comm, env.nranks, id, env.rank, cc), env.rank);
+  return report(initComm(comm, env.nranks, id, env.rank, cc, nonBlocking), env.rank);
 }
 
 collResult_t collCommFinalize(collComm_t comm) {
@@ -570,6 +680,7 @@ collResult_t collCommAbort(collComm_t comm) {
   std::unique_ptr<Comm> c;
   Status s = unregister(comm, &c);
   if (!s.ok()) return report(s);
+  if (!c) return collSuccess;  // a non-blocking init that failed
   c->abort();
   c.reset();
   return collSuccess;
@@ -578,9 +689,11 @@ collResult_t collCommAbort(collComm_t comm) {
 collResult_t collCommGetAsyncError(collComm_t comm, collResult_t* asyncError) {
   if (asyncError == nullptr) return report(makeError(collInvalidArgument, "asyncError is NULL"));
   Comm* c = nullptr;
-  Status s = lookup(comm, &c);
+  Status s;
+  const collResult_t state = initState(comm, &c, &s);
   if (!s.ok()) return report(s);
-  *asyncError = c->asyncError();
+  // A non-blocking communicator still being made (collInProgress) or whose init failed.
+  *asyncError = state == collSuccess ? c->asyncError() : state;
   return collSuccess;
 }
 

@@ -2,6 +2,7 @@
 // ranks are threads of this process.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -105,6 +106,64 @@ TEST(Api, UseAfterDestroyIsACleanError) {
   EXPECT_EQ(async, collSuccess);
   EXPECT_EQ(collCommFinalize(comm2), collSuccess);
   EXPECT_EQ(collCommDestroy(comm2), collSuccess);
+}
+
+// config.blocking = 0: init returns collInProgress at once; collCommGetAsyncError says when the
+// communicator is ready; calls before that return collInProgress; a failed init reports its error.
+TEST(Api, NonBlockingInit) {
+  const int n = 3;
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  std::vector<collComm_t> comms(n, nullptr);
+  collConfig_t config = COLL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  // One thread starts every rank: with blocking init this would wait for the other ranks forever.
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(collCommInitRankConfig(&comms[r], n, id, r, &config), collInProgress) << collGetLastError(nullptr);
+    ASSERT_NE(comms[r], nullptr);
+  }
+  int count = 0;
+  const collResult_t early = collCommCount(comms[0], &count);
+  EXPECT_TRUE(early == collInProgress || early == collSuccess) << early;
+  for (int r = 0; r < n; ++r) {
+    collResult_t state = collInProgress;
+    for (int i = 0; i < 3000 && state == collInProgress; ++i) {
+      ASSERT_EQ(collCommGetAsyncError(comms[r], &state), collSuccess);
+      if (state == collInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(state, collSuccess) << "rank " << r << ": " << collGetLastError(nullptr);
+  }
+  std::vector<std::thread> threads;
+  std::vector<int32_t> results(n, 0);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      int32_t v = r + 1;
+      EXPECT_EQ(collAllReduce(&v, &v, 1, collInt32, collSum, comms[r], nullptr), collSuccess);
+      results[r] = v;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(results[r], 6);
+    EXPECT_EQ(collCommDestroy(comms[r]), collSuccess);
+  }
+  // An init that cannot succeed (the other rank never comes): its error arrives through
+  // collCommGetAsyncError; destroy frees the handle.
+  setenv("COLL_TIMEOUT", "1", 1);
+  collUniqueId lonely;
+  ASSERT_EQ(collGetUniqueId(&lonely), collSuccess);
+  collComm_t failing = nullptr;
+  ASSERT_EQ(collCommInitRankConfig(&failing, 2, lonely, 0, &config), collInProgress);
+  collResult_t state = collInProgress;
+  for (int i = 0; i < 1000 && state == collInProgress; ++i) {
+    ASSERT_EQ(collCommGetAsyncError(failing, &state), collSuccess);
+    if (state == collInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  unsetenv("COLL_TIMEOUT");
+  EXPECT_NE(state, collSuccess);
+  EXPECT_NE(state, collInProgress);
+  EXPECT_EQ(collCommDestroy(failing), collSuccess);
+  EXPECT_EQ(collCommDestroy(failing), collInvalidArgument);
 }
 
 TEST(Api, AllReduceAcrossThreadRanks) {
