@@ -74,6 +74,7 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
                         std::unique_ptr<DeviceIpc>* out) {
   out->reset();
   std::unique_ptr<DeviceIpc> ipc(new DeviceIpc(cu, rank, nranks));
+  (void)cu.cuCtxGetCurrent(&ipc->ctx_);  // the progress thread's: the device's primary context
   ipc->chunk_ = std::max<size_t>(roundUp(kGpuIpcChunk.get(), size_t{256}), 256);
   std::string why;
 
@@ -173,8 +174,12 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
 }
 
 DeviceIpc::~DeviceIpc() {
+  // The destroying thread may have no context, or another one: ours for the frees only.
+  const bool pushed = ctx_ != nullptr && cu_.cuCtxPushCurrent(ctx_) == cu::kSuccess;
   for (CUdeviceptr p : opened_) (void)cu_.cuIpcCloseMemHandle(p);
   if (scratch_ != 0) (void)cu_.cuMemFree(scratch_);
+  CUcontext popped = nullptr;
+  if (pushed) (void)cu_.cuCtxPopCurrent(&popped);
 }
 
 Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops) {

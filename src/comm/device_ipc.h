@@ -67,6 +67,7 @@ class DeviceIpc {
   const gpu::CudaDriver& cu_;
   int rank_, nranks_;
   size_t chunk_ = 0;
+  CUcontext ctx_ = nullptr;            // the context the scratch and mappings belong to
   CUdeviceptr scratch_ = 0;            // ours: 2 halves of (input, output), chunk_ bytes each
   std::vector<std::byte*> peers_;      // every rank's scratch as mapped here (ours included)
   std::vector<CUdeviceptr> opened_;    // cuIpcOpenMemHandle results, closed on destruction

@@ -191,6 +191,33 @@ TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
   EXPECT_EQ(deviceIpcCollectives() - before, 2u * n) << "two of the four calls on the IPC path";
 }
 
+// The scratch is freed when the communicator is destroyed, also by a thread with no CUDA context.
+TEST(GpuIpc, ScratchIsFreedOnDestroy) {
+  (void)cuda();  // loaded by the library first
+  void* handle = dlopen(COLL_CUDA_DOUBLE_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr);
+  auto allocations = reinterpret_cast<int (*)()>(dlsym(handle, "collCudaDoubleDeviceAllocations"));
+  ASSERT_NE(allocations, nullptr);
+  const int baseline = allocations();
+  const uint64_t before = deviceIpcCollectives();
+  withComms(2, [&](int rank, collComm_t comm) {
+    std::thread([&] {
+      CUstream s = makeStream();
+      std::vector<int32_t> x(100, rank);
+      {
+        DeviceBuffer a(400);
+        a.upload(x.data(), 400);
+        ASSERT_EQ(collAllReduce(a.ptr, a.ptr, 100, collInt32, collSum, comm, s), collSuccess);
+        ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+      }
+      EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+    }).join();
+    // withComms destroys the communicator on this thread, which never made a context current.
+  });
+  EXPECT_EQ(deviceIpcCollectives() - before, 2u);
+  EXPECT_EQ(allocations(), baseline) << "device memory left after destroying the communicators";
+}
+
 // Ranks of one process on different devices cannot use each other's pointers (no peer access is
 // enabled): every rank stages, and the results are right.
 TEST(GpuIpc, UnreachablePeersFallBackToStaging) {
