@@ -98,7 +98,7 @@ fi
 if [ "${DEVICE:-0}" = 1 ]; then
   DOUBLE=${DOUBLE:-$BUILD/tests/cuda_double/libcoll_cuda_double.so}
   need "$DOUBLE"
-  export COLL_CUDA_DRIVER=$DOUBLE COLL_CUDA_DOUBLE_DEVICES=1
+  export COLL_CUDA_DRIVER=$DOUBLE COLL_CUDA_DOUBLE_DEVICES=1 COLL_CUDA_DOUBLE_ARENA_MB=1024  # valgrind: a smaller arena
   read -r d1 x1 < <(min_of measure_device "$N")
   read -r d2 x2 < <(min_of measure_device $((2 * N)))
   dev=$(( (d2 - d1) / N )) dbl=$(( (x2 - x1) / N ))

@@ -507,11 +507,13 @@ Status Comm::executeOnDevice(const Work& work) {
           continue;
         }
       }
-      Status s = d.runCollective(args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop,
-                                 [&](const CollArgs& h) {
-        if (checkCalls_) COLL_TRY(checkSameCall(h));
-        return collective(h, deviceScalar != nullptr ? &scalar : nullptr);
-      });
+      // COLL_CHECK compares the user's call once, whichever path (IPC or staging) runs it.
+      Status s = checkCalls_ ? checkSameCall(args) : okStatus();
+      if (s.ok()) {
+        s = d.runCollective(args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop, [&](const CollArgs& h) {
+          return collective(h, deviceScalar != nullptr ? &scalar : nullptr);
+        });
+      }
       if (!s.ok() && first.ok()) first = s;
     }
     if (!work.p2p.empty()) {

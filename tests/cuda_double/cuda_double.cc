@@ -56,7 +56,16 @@ constexpr int kDeviceInvalid = -2;                 // CU_DEVICE_INVALID
 
 constexpr int kDriverVersion = 13000;
 constexpr size_t kPage = 4096;
-constexpr size_t kArenaBytes = size_t{64} << 30;  // the device address space of the process
+// The device address space of the process: 64 GiB, or COLL_CUDA_DOUBLE_ARENA_MB (valgrind cannot
+// reserve that much).
+size_t arenaBytes() {
+  static const size_t bytes = [] {
+    const char* mb = std::getenv("COLL_CUDA_DOUBLE_ARENA_MB");
+    const long long v = mb ? std::atoll(mb) : 0;
+    return v > 0 ? static_cast<size_t>(v) << 20 : size_t{64} << 30;
+  }();
+  return bytes;
+}
 constexpr uint32_t kIpcMagic = 0x44554343;        // "CCUD"
 constexpr const char* kMemfdPrefix = "coll-cuda-double-";
 
@@ -250,19 +259,19 @@ bool initializedNow() {
 
 bool ensureArena(State& g) {  // memMu held
   if (g.arena != 0) return true;
-  void* p = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, arenaBytes(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return false;
   g.arena = reinterpret_cast<uintptr_t>(p);
   g.arenaNext = g.arena;
   return true;
 }
 
-bool inArena(const State& g, uintptr_t a) { return g.arena != 0 && a >= g.arena && a < g.arena + kArenaBytes; }
+bool inArena(const State& g, uintptr_t a) { return g.arena != 0 && a >= g.arena && a < g.arena + arenaBytes(); }
 
 // A device address range of `bytes` (page multiple) with a guard page after it; 0 when exhausted.
 uintptr_t arenaTake(State& g, size_t bytes) {  // memMu held
   const size_t need = bytes + kPage;
-  if (g.arenaNext + need <= g.arena + kArenaBytes) {
+  if (g.arenaNext + need <= g.arena + arenaBytes()) {
     const uintptr_t a = g.arenaNext;
     g.arenaNext += need;
     return a;

@@ -284,7 +284,8 @@ TEST(DeviceKernels, ScaleMatchesCpuWithHostAndDeviceScalars) {
         const size_t count = 1 + rng() % 300, off = rng() % 3;
         std::vector<uint8_t> src((count + off) * es), got(count * es);
         fillRandom(src, t, rng);
-        const std::vector<uint8_t> dev = elementOf(t, scalar);
+        // Only a device scalar is converted to an element (an integer cannot hold inf, nan or 1e40).
+        const std::vector<uint8_t> dev = onDevice ? elementOf(t, scalar) : std::vector<uint8_t>(8);
         // The scalar the CPU gets: the device element's own value, else the host double.
         const double cpuScalar = onDevice ? valueOf(t, dev.data()) : scalar;
         const DevScalar s{onDevice ? 0.0 : scalar, onDevice ? static_cast<const void*>(dev.data()) : nullptr};
