@@ -455,6 +455,30 @@ Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* 
     return makeError(collInvalidArgument, "%s: the buffers are on CUDA device %d, but the communicator uses device %d",
                      what, device, comm.cudaDevice());
   }
+  // A compressed call's residual is read and written by device kernels: device memory of the
+  // buffers' device (or pinned host memory), holding count floats.
+  if (a.compress.residual != nullptr && a.count > 0) {
+    gpu::MemInfo r;
+    COLL_TRY(gpu::classifyPointer(cu, a.compress.residual, &r).withContext(std::string(what) + ": residual"));
+    const uint64_t bytes = a.count * sizeof(float);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(a.compress.residual);
+    if (r.kind == gpu::MemKind::Host) {
+      return makeError(collInvalidArgument,
+                       "%s: residual %p is ordinary host memory while the call runs on CUDA device %d: pass device "
+                       "memory (or pinned host memory)",
+                       what, static_cast<void*>(a.compress.residual), device);
+    }
+    if (gpu::onDevice(r.kind) && r.device != device) {
+      return makeError(collInvalidArgument, "%s: residual is on CUDA device %d but the buffers are on device %d", what,
+                       r.device, device);
+    }
+    if (gpu::onDevice(r.kind) && r.rangeSize > 0 && p + bytes > r.rangeStart + r.rangeSize) {
+      return makeError(collInvalidArgument,
+                       "%s: residual %p holds %llu bytes for this call, past the end of its allocation (%zu bytes)",
+                       what, static_cast<void*>(a.compress.residual), static_cast<unsigned long long>(bytes),
+                       r.rangeSize);
+    }
+  }
   out->device = true;
   out->cudaStream = cs;
   out->cudaDevice = device;

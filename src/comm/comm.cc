@@ -509,10 +509,16 @@ Status Comm::executeOnDevice(const Work& work) {
       }
       // COLL_CHECK compares the user's call once, whichever path (IPC or staging) runs it.
       Status s = checkCalls_ ? checkSameCall(args) : okStatus();
+      bool onIpc = false;
       if (s.ok()) {
-        s = d.runCollective(args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop, [&](const CollArgs& h) {
-          return collective(h, deviceScalar != nullptr ? &scalar : nullptr);
-        });
+        s = d.runCollective(
+            args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop,
+            [&](const CollArgs& h) { return collective(h, deviceScalar != nullptr ? &scalar : nullptr); }, &onIpc);
+      }
+      if (s.ok() && onIpc && args.compress.blockSize != 0) {
+        // Staged calls count in compressedAllReduce; the IPC path's bytes never touch a link.
+        stats_.compressedCalls++;
+        stats_.compressedInputBytes += args.count * dataTypeSize(args.dtype);
       }
       if (!s.ok() && first.ok()) first = s;
     }

@@ -95,8 +95,9 @@ Status DeviceCalls::copyToHost(void* dst, const void* src, size_t bytes, Deadlin
 }
 
 Status DeviceCalls::runCollective(const CollArgs& a, int rank, int nranks, bool singleHost, Deadline deadline,
-                                  const std::atomic<bool>& stop, const HostRun& run) {
-  if (ipcState_ != IpcState::Off && singleHost && DeviceIpc::supports(a)) {
+                                  const std::atomic<bool>& stop, const HostRun& run, bool* onIpc) {
+  if (onIpc != nullptr) *onIpc = false;
+  if (ipcState_ != IpcState::Off && singleHost && DeviceIpc::supports(a, nranks)) {
     DeviceIpc::HostOps ops;
     ops.allGather = [&](const void* mine, void* all, size_t bytes) {
       CollArgs g;
@@ -117,7 +118,10 @@ Status DeviceCalls::runCollective(const CollArgs& a, int rank, int nranks, bool 
         ipcState_ = ipc_ ? IpcState::On : IpcState::Off;
       }
     }
-    if (ipc_) return ipc_->run(a, copyIn_, ops);
+    if (ipc_ && ipc_->handles(a)) {
+      if (onIpc != nullptr) *onIpc = true;
+      return ipc_->run(a, copyIn_, ops);
+    }
   }
   return stageCollective(a, rank, nranks, deadline, stop, run);
 }

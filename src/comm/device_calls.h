@@ -3,8 +3,8 @@
 // pinned host memory, the host collective runs there over whatever transports the communicator
 // uses, and the results are copied back. Contiguous collectives (All-Reduce, Broadcast, Reduce) are
 // pipelined: chunk i+1 is copied in and chunk i-1 copied out while chunk i is reduced.
-// When every rank is on this host and can map the others' device memory, All-Reduce instead runs
-// device to device over CUDA IPC (device_ipc.h); runCollective picks the path.
+// When every rank is on this host and can map the others' device memory, All-Reduce (plain and
+// compressed) instead runs device to device over CUDA IPC (device_ipc.h); runCollective picks the path.
 #pragma once
 
 #include <atomic>
@@ -44,8 +44,9 @@ class DeviceCalls {
   // rank can use it (`singleHost`: all ranks on this host; set up at the first such call, which
   // is collective: every rank must issue the same device calls, as it does), else staged. `run`
   // runs host collectives on the communicator (also the IPC path's all-gathers and barriers).
+  // *onIpc (when given) is set when the call ran over IPC.
   Status runCollective(const CollArgs& a, int rank, int nranks, bool singleHost, Deadline deadline,
-                       const std::atomic<bool>& stop, const HostRun& run);
+                       const std::atomic<bool>& stop, const HostRun& run, bool* onIpc = nullptr);
   // Whether the IPC path is set up (after the first call that could use it).
   bool ipcActive() const { return ipc_ != nullptr; }
   // The same for a batch of point-to-point calls.

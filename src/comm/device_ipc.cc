@@ -10,6 +10,7 @@
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "src/gpu/device_kernels.h"
+#include "src/kernels/quantize.h"
 
 namespace coll {
 
@@ -66,8 +67,29 @@ uint64_t deviceIpcCollectives() { return gIpcCollectives.load(std::memory_order_
 
 bool DeviceIpc::enabled() { return kGpuIpc.get() != "0"; }
 
-bool DeviceIpc::supports(const CollArgs& a) {
-  return a.kind == CollKind::AllReduce && a.op < collNumOps && a.compress.blockSize == 0 && a.count > 0;
+bool DeviceIpc::supports(const CollArgs& a, int nranks) {
+  if (a.kind != CollKind::AllReduce || a.count == 0) return false;
+  if (a.compress.blockSize == 0) return a.op < collNumOps;
+  // Compressed: where the host path would compress (Comm::compressedAllReduce runs it plain on
+  // one rank or below minBytes; the staged path does that).
+  return nranks > 1 && (a.op == collSum || a.op == collAvg) &&
+         a.count * dataTypeSize(a.dtype) >= a.compress.minBytes;
+}
+
+bool DeviceIpc::handles(const CollArgs& a) const {
+  if (!supports(a, nranks_)) return false;
+  return a.compress.blockSize == 0 || compressedRoundBlocks(a.compress.blockSize) > 0;
+}
+
+uint64_t DeviceIpc::compressedRoundBlocks(int blockSize) const {
+  // K blocks per round: the input area holds nranks slots of K records; the output area K records
+  // and then the float32 sum of K blocks.
+  const uint64_t record = kernels::quantRecordBytes(blockSize), P = static_cast<uint64_t>(nranks_);
+  const uint64_t B = static_cast<uint64_t>(blockSize), chunk = chunk_;
+  auto slot = [&](uint64_t k) { return roundUp(k * record, uint64_t{16}); };
+  uint64_t k = std::min(chunk / P / record, chunk / (record + 4 * B));
+  while (k > 0 && (P * slot(k) > chunk || slot(k) + k * B * 4 > chunk)) --k;
+  return k;
 }
 
 Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nranks, const HostOps& ops,
@@ -184,7 +206,72 @@ DeviceIpc::~DeviceIpc() {
 
 Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops) {
   gIpcCollectives.fetch_add(1, std::memory_order_relaxed);
-  return allReduce(a, stream, ops);
+  return a.compress.blockSize != 0 ? compressedAllReduce(a, stream, ops) : allReduce(a, stream, ops);
+}
+
+Status DeviceIpc::compressedAllReduce(const CollArgs& a, CUstream stream, const HostOps& ops) {
+  const int blockSize = a.compress.blockSize;
+  const uint64_t P = static_cast<uint64_t>(nranks_), B = static_cast<uint64_t>(blockSize), n = a.count;
+  const uint64_t me = static_cast<uint64_t>(rank_);
+  const size_t es = dataTypeSize(a.dtype);
+  kernels::QuantParams qp;
+  qp.blockSize = blockSize;
+  qp.stochastic = a.compress.stochastic;
+  qp.seed = a.compress.seed;
+  qp.step = a.compress.step;
+  qp.rank = static_cast<uint32_t>(rank_);
+  const uint64_t K = compressedRoundBlocks(blockSize);
+  if (K == 0) return makeError(collInternalError, "GPU IPC: COLL_GPU_IPC_CHUNK cannot hold a compressed round");
+  const uint64_t slot = roundUp(K * kernels::quantRecordBytes(blockSize), uint64_t{16}), R = K * B;
+  // The two-shot's shards: shard j = [lo(j), lo(j + 1)), whole blocks.
+  const uint64_t S = roundUp(ceilDiv(n, P), B);
+  auto lo = [&](uint64_t j) { return std::min(j * S, n); };
+  const auto* send = static_cast<const std::byte*>(a.sendbuff);
+  auto* recv = static_cast<std::byte*>(a.recvbuff);
+  float* residual = a.compress.residual;
+  auto residualAt = [&](uint64_t e) { return residual != nullptr ? residual + e : nullptr; };
+  for (uint64_t o = 0; o < S; o += R) {
+    const int half = static_cast<int>(half_++ & 1);
+    // This round: elements [lo(j) + o, lo(j) + o + len(j)) of every shard j.
+    auto len = [&](uint64_t j) {
+      const uint64_t size = lo(j + 1) - lo(j);
+      return size > o ? std::min(R, size - o) : 0;
+    };
+    // 1. My part of every other shard, quantized for its owner.
+    for (uint64_t j = 0; j < P; ++j) {
+      if (j == me || len(j) == 0) continue;
+      COLL_TRY(gpu::deviceQuantize4(cu_, input(rank_, half) + j * slot, send + (lo(j) + o) * es, a.dtype, len(j), qp,
+                                    lo(j) + o, residualAt(lo(j) + o), stream));
+    }
+    COLL_TRY(ops.sync(stream));
+    COLL_TRY(ops.barrier());
+    // 2. My shard: my part at full precision plus every peer's dequantized part, in the host's order.
+    if (const uint64_t m = len(me); m > 0) {
+      const uint64_t at = lo(me) + o;
+      std::byte* records = output(rank_, half);
+      auto* acc = reinterpret_cast<float*>(records + slot);
+      COLL_TRY(gpu::deviceWiden(cu_, acc, send + at * es, a.dtype, m, stream));
+      for (uint64_t k = 1; k < P; ++k) {
+        const uint64_t j = (me + P - k) % P;
+        COLL_TRY(gpu::deviceDequantizeAccumulate4(cu_, acc, input(static_cast<int>(j), half) + me * slot, m,
+                                                  blockSize, stream));
+      }
+      if (a.op == collAvg) COLL_TRY(gpu::deviceDivide(cu_, acc, acc, m, collFloat32, P, stream));
+      COLL_TRY(gpu::deviceQuantize4(cu_, records, acc, collFloat32, m, qp, at, residualAt(at), stream));
+      COLL_TRY(gpu::deviceDequantize4(cu_, recv + at * es, a.dtype, records, m, blockSize, stream));
+    }
+    COLL_TRY(ops.sync(stream));
+    COLL_TRY(ops.barrier());
+    // 3. Every other shard, dequantized from its owner's records.
+    for (uint64_t j = 0; j < P; ++j) {
+      if (j == me || len(j) == 0) continue;
+      COLL_TRY(gpu::deviceDequantize4(cu_, recv + (lo(j) + o) * es, a.dtype, output(static_cast<int>(j), half),
+                                      len(j), blockSize, stream));
+    }
+  }
+  COLL_TRY(ops.sync(stream));
+  // No rank leaves while another may still read its scratch (it may be freed next).
+  return ops.barrier();
 }
 
 Status DeviceIpc::allReduce(const CollArgs& a, CUstream stream, const HostOps& ops) {

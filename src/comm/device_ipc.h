@@ -12,6 +12,15 @@
 //      element is reduced once, by one rank: bit-identical results everywhere), into its own
 //      output area (avg: then divides);                                           barrier
 //   3. every rank copies all shards from the ranks' output areas into its receive buffer.
+// The compressed (4-bit) All-Reduce runs the host's two-shot (algorithms/compressed.cc) with the
+// same shards, stochastic counters, residual updates and summation order, so its bytes are the
+// host path's: in rounds over the same range of every shard,
+//   1. every rank quantizes (with its residual) its part of every other rank's shard into slot j of
+//      its input area;                                                            barrier
+//   2. rank r widens its own part of shard r to float32 in its output area, adds every peer's
+//      dequantized slot r (peers r-1, r-2, ... in turn), averages, quantizes the sum (with its
+//      residual) into its output area and dequantizes it into its receive buffer;  barrier
+//   3. every rank dequantizes every other shard from its owner's output area.
 // A chunk's two halves alternate, so the barrier after step 1 of chunk k+1 also says that step 3 of
 // chunk k is done everywhere; one last barrier per call lets a rank free its scratch safely.
 #pragma once
@@ -51,9 +60,12 @@ class DeviceIpc {
                       std::unique_ptr<DeviceIpc>* out);
   ~DeviceIpc();
 
-  // Whether `a` runs on this path (the same answer on every rank: it depends on the call only).
-  static bool supports(const CollArgs& a);
-  // Runs `a` (supports(a)) on `stream`, returning when the receive buffer holds the result.
+  // Whether `a` can run on this path on `nranks` ranks (the same answer on every rank: it depends
+  // on the call and the rank count only); decides whether the path is set up.
+  static bool supports(const CollArgs& a, int nranks);
+  // Whether this path runs `a` (supports it, and its scratch holds a round of it).
+  bool handles(const CollArgs& a) const;
+  // Runs `a` (handles(a)) on `stream`, returning when the receive buffer holds the result.
   Status run(const CollArgs& a, CUstream stream, const HostOps& ops);
 
   size_t chunkBytes() const { return chunk_; }
@@ -61,6 +73,9 @@ class DeviceIpc {
  private:
   DeviceIpc(const gpu::CudaDriver& cu, int rank, int nranks) : cu_(cu), rank_(rank), nranks_(nranks) {}
   Status allReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
+  Status compressedAllReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
+  // Quantization blocks per round of a compressed All-Reduce (0: the scratch is too small).
+  uint64_t compressedRoundBlocks(int blockSize) const;
   std::byte* input(int peer, int half) const { return peers_[static_cast<size_t>(peer)] + half * 2 * chunk_; }
   std::byte* output(int peer, int half) const { return input(peer, half) + chunk_; }
 

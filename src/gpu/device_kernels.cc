@@ -28,6 +28,7 @@ struct Kernels {
   CUfunction mismatch[collNumTypes] = {};
   CUfunction quantize[3][4] = {};  // [type][stochastic + 2 * residual]
   CUfunction dequantize[3] = {};
+  CUfunction widen[3] = {};
   CUfunction accumulate = nullptr;
 };
 
@@ -56,6 +57,7 @@ void load(const CudaDriver& cu, Kernels* k) {
   for (int q = 0; q < 3; ++q) {
     for (int mode = 0; mode < 4; ++mode) get(abi::quantize4KernelName(kQuantTypes[q], mode & 1, mode & 2), &k->quantize[q][mode]);
     get(abi::dequantize4KernelName(kQuantTypes[q]), &k->dequantize[q]);
+    get(abi::widenKernelName(kQuantTypes[q]), &k->widen[q]);
   }
   get(abi::kDequantizeAccumulate4Kernel, &k->accumulate);
   if (!st.ok()) {
@@ -230,6 +232,20 @@ Status deviceDequantizeAccumulate4(const CudaDriver& cu, float* acc, const void*
   bool vec = aligned(acc, 16), al2 = aligned(q, 2);
   void* args[] = {&acc, &qb, &cnt, &blockSize, &vec, &al2};
   return launch(cu, k->accumulate, (count + 7) / 8, args, stream, "deviceDequantizeAccumulate4");
+}
+
+Status deviceWiden(const CudaDriver& cu, float* dst, const void* src, collDataType_t dtype, size_t count,
+                   CUstream stream) {
+  const int qi = quantIndex(dtype);
+  if (qi < 0) {
+    return makeError(collInvalidArgument, "deviceWiden: dtype %d: need float32, float16 or bfloat16", dtype);
+  }
+  if (count == 0) return okStatus();
+  const Kernels* k = nullptr;
+  COLL_TRY(kernelsHere(cu, &k));
+  uint64_t cnt = count;
+  void* args[] = {&dst, &src, &cnt};
+  return launch(cu, k->widen[qi], count, args, stream, "deviceWiden");
 }
 
 }  // namespace coll::gpu

@@ -56,6 +56,9 @@ Status deviceQuantize4(const CudaDriver& cu, void* out, const void* in, collData
                        const kernels::QuantParams& params, uint64_t firstElement, float* residual, CUstream stream);
 Status deviceDequantize4(const CudaDriver& cu, void* out, collDataType_t dtype, const void* q, size_t count,
                          int blockSize, CUstream stream);
+// dst[i] = src[i] as float32 (kernels::convertToFloat), for the quantization types.
+Status deviceWiden(const CudaDriver& cu, float* dst, const void* src, collDataType_t dtype, size_t count,
+                   CUstream stream);
 Status deviceDequantizeAccumulate4(const CudaDriver& cu, float* acc, const void* q, size_t count, int blockSize,
                                    CUstream stream);
 

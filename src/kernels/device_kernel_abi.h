@@ -13,6 +13,7 @@
 //   collDevQuantize4_<q>_<nearest|stochastic>[_residual](uint8_t* out, const void* in, uint64_t count, int blockSize,
 //       DevQuantParams p, uint64_t firstElement, float* residual, bool vecIn, bool vecRes, bool outAligned2)
 //   collDevDequantize4_<q>(void* out, const uint8_t* q, uint64_t count, int blockSize, bool vecOut, bool qAligned2)
+//   collDevWiden_<q>(float* dst, const void* src, uint64_t count)
 //   collDevDequantizeAccumulate4(float* acc, const uint8_t* q, uint64_t count, int blockSize, bool vecAcc,
 //       bool qAligned2)
 // <t>: i8 u8 i32 u32 i64 u64 f16 f32 f64 bf16 f8e4m3 f8e5m2; <q>: f32 f16 bf16. The quantization
@@ -77,6 +78,7 @@ inline constexpr const char* kDequantizeAccumulate4Kernel = "collDevDequantizeAc
 #define COLL_DEV_DIVIDE_CASE(dt, sfx) COLL_DEV_NAME_CASE("collDevDivide_", dt, sfx)
 #define COLL_DEV_MISMATCH_CASE(dt, sfx) COLL_DEV_NAME_CASE("collDevCountMismatch_", dt, sfx)
 #define COLL_DEV_DEQUANT_CASE(dt, sfx) COLL_DEV_NAME_CASE("collDevDequantize4_", dt, sfx)
+#define COLL_DEV_WIDEN_CASE(dt, sfx) COLL_DEV_NAME_CASE("collDevWiden_", dt, sfx)
 
 // The kernel's name, nullptr for a type outside the list.
 inline const char* reduceKernelName(collDataType_t t) {
@@ -109,6 +111,12 @@ inline const char* dequantize4KernelName(collDataType_t t) {
     default: return nullptr;
   }
 }
+inline const char* widenKernelName(collDataType_t t) {
+  switch (t) {
+    COLL_DEV_QUANT_TYPES(COLL_DEV_WIDEN_CASE)
+    default: return nullptr;
+  }
+}
 inline const char* quantize4KernelName(collDataType_t t, bool stochastic, bool residual) {
 #define COLL_DEV_QUANT_CASE(dt, sfx)                                                              \
   case dt:                                                                                        \
@@ -128,6 +136,7 @@ inline const char* quantize4KernelName(collDataType_t t, bool stochastic, bool r
 #undef COLL_DEV_DIVIDE_CASE
 #undef COLL_DEV_MISMATCH_CASE
 #undef COLL_DEV_DEQUANT_CASE
+#undef COLL_DEV_WIDEN_CASE
 
 // Calls f(name) for every kernel the image holds (the launcher resolves them all at load; the
 // tests check the host registry has each).
@@ -144,6 +153,7 @@ void forEachDeviceKernelName(F&& f) {
   for (collDataType_t dt : {collFloat32, collFloat16, collBfloat16}) {
     for (int mode = 0; mode < 4; ++mode) f(quantize4KernelName(dt, mode & 1, mode & 2));
     f(dequantize4KernelName(dt));
+    f(widenKernelName(dt));
   }
   f(kDequantizeAccumulate4Kernel);
 }

@@ -89,7 +89,8 @@ struct Named {
       {"collDevQuantize4_" #sfx "_stochastic", &entry<&dev::collDevQuantize4_##sfx##_stochastic, true>},       \
       {"collDevQuantize4_" #sfx "_stochastic_residual",                                                        \
        &entry<&dev::collDevQuantize4_##sfx##_stochastic_residual, true>},                                      \
-      {"collDevDequantize4_" #sfx, &entry<&dev::collDevDequantize4_##sfx, false>},
+      {"collDevDequantize4_" #sfx, &entry<&dev::collDevDequantize4_##sfx, false>},                              \
+      {"collDevWiden_" #sfx, &entry<&dev::collDevWiden_##sfx, false>},
 
 const Named kKernels[] = {
     {"collDevCopy", &entry<&dev::collDevCopy, false>},

@@ -179,7 +179,7 @@ TEST(DeviceKernels, EveryNameHasAHostKernel) {
     EXPECT_NE(findHostKernel(name), nullptr) << name;
     names.insert(name);
   });
-  EXPECT_EQ(names.size(), 1u + 4u * 12u + 5u * 3u + 1u);  // all distinct
+  EXPECT_EQ(names.size(), 1u + 4u * 12u + 6u * 3u + 1u);  // all distinct
   EXPECT_EQ(findHostKernel("collDevReduce_f128"), nullptr);
   EXPECT_EQ(findHostKernel(nullptr), nullptr);
   EXPECT_EQ(kernels::devabi::reduceKernelName(collNumTypes), nullptr);
@@ -326,6 +326,30 @@ TEST(DeviceKernels, DivideMatchesCpu) {
         kernels::divide(want.data(), src.data() + off * es, count, t, divisor);
         ASSERT_TRUE(sameElements(t, got.data(), want.data(), count))
             << "type " << t << " divisor " << divisor << " level " << static_cast<int>(level);
+      }
+    }
+  }
+}
+
+TEST(DeviceKernels, WidenMatchesCpu) {
+  SimdGuard guard;
+  std::mt19937_64 rng(19);
+  const auto levels = cpuLevels();
+  for (collDataType_t t : {collFloat32, collFloat16, collBfloat16}) {
+    const size_t es = typeSize(t);
+    for (size_t count : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
+      const size_t off = rng() % 3;
+      std::vector<uint8_t> src((count + off) * es);
+      fillRandom(src, t, rng);  // NaNs and infinities included
+      std::vector<float> got(count, -1.0f);
+      launch(kernels::devabi::widenKernelName(t), kDims, static_cast<void*>(got.data()),
+             static_cast<const void*>(src.data() + off * es), static_cast<uint64_t>(count));
+      for (auto level : levels) {
+        kernels::detail::setSimdLevelForTesting(level);
+        std::vector<float> want(count);
+        kernels::convertToFloat(want.data(), src.data() + off * es, t, count);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * sizeof(float)))
+            << "type " << t << " count " << count << " level " << static_cast<int>(level);
       }
     }
   }

@@ -3,6 +3,8 @@
 // handle's own process is refused as with CUDA, kernels run on host threads):
 //  - ranks as threads of one process (peers used by pointer): All-Reduce of every type and op on
 //    2-4 ranks, counts around the chunk, in place and not, exact and equal to the staged path's;
+//  - the compressed (int4) All-Reduce on the device kernels, byte for byte the staged path's
+//    results and residuals;
 //  - ranks that cannot reach each other (another device of the same process) fall back to staging;
 //  - 2 and 4 processes sharing device 0 (real cross-process IPC handles of the double): this test
 //    binary re-executed as each rank (GpuIpcChild.*).
@@ -23,6 +25,7 @@
 #include "collective/collective.h"
 #include "src/comm/device_ipc.h"
 #include "src/gpu/cuda_driver.h"
+#include "src/kernels/reduce.h"
 #include "tests/unit/comm_threads.h"
 
 extern char** environ;
@@ -74,10 +77,13 @@ const collDataType_t kTypes[] = {collInt8,    collUint8,   collInt32,   collUint
                                  collFloat16, collFloat32, collFloat64, collBfloat16, collFloat8e4m3, collFloat8e5m2};
 const collRedOp_t kOps[] = {collSum, collProd, collMax, collMin, collAvg};
 
-// Counts around the chunk (in elements of the type) and across several chunks.
-std::vector<size_t> countsFor(collDataType_t t, int nranks) {
+// Counts around the chunk (in elements of the type) and across several chunks; the op picks
+// three of them, so every type meets every count.
+std::vector<size_t> countsFor(collDataType_t t, collRedOp_t op, int nranks) {
   const size_t c = kChunk / perf::typeSize(t);
-  return {1, static_cast<size_t>(nranks) - 1 + 2, c - 1, c, c + 1, 3 * c + 5};
+  const size_t all[] = {1, static_cast<size_t>(nranks) + 1, c - 1, c, c + 1, 3 * c + 5};
+  const size_t k = static_cast<size_t>(op) + static_cast<size_t>(t);
+  return {all[k % 6], all[(k + 2) % 6], all[(k + 4) % 6]};
 }
 
 // One rank's battery: every type, op, count, in place and not. Returns each result's bytes in
@@ -86,7 +92,7 @@ std::vector<std::vector<unsigned char>> battery(int rank, int nranks, collComm_t
   std::vector<std::vector<unsigned char>> results;
   for (collDataType_t t : kTypes) {
     for (collRedOp_t op : kOps) {
-      for (size_t count : countsFor(t, nranks)) {
+      for (size_t count : countsFor(t, op, nranks)) {
         for (bool inPlace : {false, true}) {
           const size_t bytes = count * perf::typeSize(t);
           std::vector<unsigned char> in(bytes);
@@ -153,6 +159,140 @@ TEST(GpuIpc, AllReduceEveryTypeAndOpEqualsStaging) {
       }
     }
   }
+}
+
+// One rank's compressed battery: float32/float16/bfloat16, sum and avg, nearest and stochastic
+// rounding, every block size, counts within one round and across several, in place and not, with
+// and without a residual (two steps, so the second quantizes with the first's error). Returns each
+// call's result bytes, then its residual's.
+std::vector<std::vector<unsigned char>> compressedBattery(int rank, int nranks, collComm_t comm, CUstream s) {
+  std::vector<std::vector<unsigned char>> results;
+  uint64_t seed = 1000 + static_cast<uint64_t>(rank);
+  auto next = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(seed >> 40) - (int64_t{1} << 23)) / 1048576.0f;
+  };
+  // variant: bit 0 in place, bit 1 with a residual, bit 2 stochastic rounding. 5003 elements take
+  // several rounds of the 4 KiB chunk at every block size.
+  struct Case {
+    collDataType_t t;
+    collRedOp_t op;
+    int block;
+    size_t count;
+    int variant;
+  };
+  const Case cases[] = {
+      {collFloat32, collSum, 32, 5003, 7},   {collFloat32, collAvg, 256, 700, 2},  {collFloat32, collSum, 128, 1, 3},
+      {collFloat16, collSum, 64, 33, 1},     {collFloat16, collAvg, 32, 5003, 6},  {collBfloat16, collSum, 256, 5003, 3},
+      {collBfloat16, collAvg, 64, 700, 4},   {collBfloat16, collSum, 128, 5003, 0},
+  };
+  for (const Case& c : cases) {
+    const collDataType_t t = c.t;
+    const collRedOp_t op = c.op;
+    const int block = c.block, variant = c.variant;
+    const size_t count = c.count;
+    const bool inPlace = (variant & 1) != 0, withResidual = (variant & 2) != 0;
+    const size_t bytes = count * perf::typeSize(t);
+    std::vector<float> x(count);
+    for (float& v : x) v = next();
+    std::vector<unsigned char> in(bytes);
+    for (size_t i = 0; i < count; ++i) {
+      if (t == collFloat32) memcpy(in.data() + 4 * i, &x[i], 4);
+      if (t == collFloat16) { const uint16_t h = kernels::floatToHalf(x[i]); memcpy(in.data() + 2 * i, &h, 2); }
+      if (t == collBfloat16) { const uint16_t h = kernels::floatToBfloat16(x[i]); memcpy(in.data() + 2 * i, &h, 2); }
+    }
+    DeviceBuffer send(bytes), recv(bytes), residual(count * 4);
+    std::vector<float> zero(count, 0.0f);
+    residual.upload(zero.data(), count * 4);
+    collCompression_t cfg = COLL_COMPRESSION_INITIALIZER;
+    cfg.blockSize = block;
+    cfg.rounding = (variant & 4) != 0 ? collRoundStochastic : collRoundNearest;
+    cfg.seed = 77;
+    cfg.minBytes = 1;
+    for (unsigned long long step = 0; step < (withResidual ? 2u : 1u); ++step) {
+      cfg.step = step;
+      send.upload(in.data(), bytes);
+      void* dst = inPlace ? send.ptr : recv.ptr;
+      EXPECT_EQ(collAllReduceCompressed(send.ptr, dst, count, t, op, &cfg,
+                                        withResidual ? residual.ptr : nullptr, comm, s),
+                collSuccess)
+          << collGetLastError(comm);
+      EXPECT_EQ(cuda().cuStreamSynchronize(s), 0);
+      results.push_back((inPlace ? send : recv).download(bytes));
+      results.push_back(residual.download(count * 4));
+      if (!inPlace) EXPECT_EQ(send.download(bytes), in) << "the send buffer changed";
+    }
+  }
+  return results;
+}
+
+// The compressed All-Reduce over IPC runs the device int4 kernels and gives the staged (host)
+// path's bytes exactly, results and residuals, on 2-4 ranks; the same on every rank.
+TEST(GpuIpc, CompressedAllReduceEqualsStagingBitForBit) {
+  for (int n : {2, 3, 4}) {
+    std::vector<std::vector<std::vector<unsigned char>>> ipc(static_cast<size_t>(n)), staged(static_cast<size_t>(n));
+    std::vector<unsigned long long> compressedCalls(static_cast<size_t>(n));
+    const uint64_t before = deviceIpcCollectives();
+    withComms(n, [&](int rank, collComm_t comm) {
+      CUstream s = makeStream();
+      ipc[static_cast<size_t>(rank)] = compressedBattery(rank, n, comm, s);
+      collCommStats_t st;
+      EXPECT_EQ(collCommGetStats(comm, &st), collSuccess);
+      compressedCalls[static_cast<size_t>(rank)] = st.compressedCalls;
+      EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+    });
+    const uint64_t calls = ipc[0].size() / 2;
+    EXPECT_EQ(deviceIpcCollectives() - before, calls * static_cast<uint64_t>(n)) << "every call took the IPC path";
+    for (unsigned long long c : compressedCalls) EXPECT_EQ(c, calls) << "counted as compressed calls";
+    {
+      ScopedEnv off("COLL_GPU_IPC", "0");
+      withComms(n, [&](int rank, collComm_t comm) {
+        CUstream s = makeStream();
+        staged[static_cast<size_t>(rank)] = compressedBattery(rank, n, comm, s);
+        EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+      });
+    }
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(ipc[static_cast<size_t>(r)].size(), staged[static_cast<size_t>(r)].size());
+      for (size_t i = 0; i < ipc[static_cast<size_t>(r)].size(); ++i) {
+        EXPECT_EQ(ipc[static_cast<size_t>(r)][i], staged[static_cast<size_t>(r)][i])
+            << "rank " << r << (i % 2 ? " residual" : " result") << " of call " << i / 2;
+        if (i % 2 == 0) EXPECT_EQ(ipc[static_cast<size_t>(r)][i], ipc[0][i]) << "ranks differ: call " << i / 2;
+      }
+    }
+  }
+}
+
+// A compressed call below its minBytes runs uncompressed (staged, as the host path decides); a
+// residual in ordinary host memory is refused before anything runs.
+TEST(GpuIpc, CompressedCallsTheIpcPathDoesNotTake) {
+  const int n = 2;
+  const uint64_t before = deviceIpcCollectives();
+  withComms(n, [&](int rank, collComm_t comm) {
+    CUstream s = makeStream();
+    const size_t count = 100;
+    std::vector<float> x(count, static_cast<float>(rank + 1));
+    DeviceBuffer a(count * 4), r(count * 4);
+    a.upload(x.data(), count * 4);
+    collCompression_t cfg = COLL_COMPRESSION_INITIALIZER;
+    cfg.minBytes = 1 << 20;
+    ASSERT_EQ(collAllReduceCompressed(a.ptr, a.ptr, count, collFloat32, collSum, &cfg, r.ptr, comm, s), collSuccess);
+    ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+    std::vector<unsigned char> raw = a.download(count * 4);
+    for (size_t i = 0; i < count; ++i) {
+      float v;
+      memcpy(&v, raw.data() + i * 4, 4);
+      ASSERT_EQ(v, 3.0f) << "uncompressed: exact";
+    }
+    std::vector<float> hostResidual(count, 0.0f);
+    cfg.minBytes = 1;
+    EXPECT_EQ(collAllReduceCompressed(a.ptr, a.ptr, count, collFloat32, collSum, &cfg, hostResidual.data(), comm, s),
+              collInvalidArgument);
+    EXPECT_NE(std::string(collGetLastError(comm)).find("residual"), std::string::npos) << collGetLastError(comm);
+    EXPECT_EQ(a.download(count * 4), raw) << "the refused call touched the buffer";
+    EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+  });
+  EXPECT_EQ(deviceIpcCollectives(), before) << "no call took the IPC path";
 }
 
 // Calls the path does not take (PreMulSum, other collectives) still stage on an IPC communicator,
@@ -348,7 +488,7 @@ TEST(GpuIpcChild, Rank) {
   uint64_t calls = 0;
   for (collDataType_t t : {collInt32, collFloat32, collFloat16, collBfloat16, collFloat64, collUint8}) {
     for (collRedOp_t op : kOps) {
-      for (size_t count : countsFor(t, n)) {
+      for (size_t count : countsFor(t, op, n)) {
         const size_t bytes = count * perf::typeSize(t);
         std::vector<unsigned char> in(bytes);
         perf::fillInput(in.data(), count, t, op, rank, n);
@@ -365,6 +505,30 @@ TEST(GpuIpcChild, Rank) {
             << "rank " << rank << " of " << n << " (processes): " << perf::typeName(t) << " " << perf::opName(op)
             << " count " << count << ": " << first;
       }
+    }
+  }
+  {
+    // The compressed All-Reduce over cross-process handles: rank r contributes r + 1, with a
+    // residual in device memory; the sum within 4-bit quantization's error.
+    const size_t count = 3 * kChunk + 5;
+    std::vector<float> x(count, static_cast<float>(rank + 1));
+    DeviceBuffer a(count * 4), residual(count * 4);
+    a.upload(x.data(), count * 4);
+    std::vector<float> zero(count, 0.0f);
+    residual.upload(zero.data(), count * 4);
+    collCompression_t cfg = COLL_COMPRESSION_INITIALIZER;
+    cfg.minBytes = 1;
+    ASSERT_EQ(collAllReduceCompressed(a.ptr, a.ptr, count, collFloat32, collSum, &cfg, residual.ptr, comm, s),
+              collSuccess)
+        << collGetLastError(comm);
+    ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+    ++calls;
+    std::vector<unsigned char> raw = a.download(count * 4);
+    const float want = static_cast<float>(n * (n + 1) / 2);
+    for (size_t i = 0; i < count; ++i) {
+      float v;
+      memcpy(&v, raw.data() + i * 4, 4);
+      ASSERT_NEAR(v, want, 0.02f * want) << "compressed, element " << i;
     }
   }
   collResult_t err = collSuccess;

@@ -363,6 +363,15 @@ __device__ __forceinline__ void countMismatchBody(const void* gotv, const void* 
   if (local != 0) atomicAdd(mismatches, local);  // one atomic per thread, not per element
 }
 
+// dst[i] = src[i] as float32 (kernels::convertToFloat: exact for the quantization types).
+template <int DT>
+__device__ __forceinline__ void widenBody(float* dst, const void* srcv, uint64_t count) {
+  using E = DevElem<DT>;
+  const typename E::S* src = static_cast<const typename E::S*>(srcv);
+  const uint64_t stride = gridThreads();
+  for (uint64_t i = firstThread(); i < count; i += stride) dst[i] = static_cast<float>(E::load(src[i]));
+}
+
 // ---- the kernels, with the names of device_kernel_abi.h ------------------------------------------
 
 #define COLL_DEV_TYPED_KERNELS(dt, sfx)                                                                           \
@@ -399,6 +408,10 @@ __device__ __forceinline__ void countMismatchBody(const void* gotv, const void* 
       collDevDequantize4_##sfx(void* out, const uint8_t* q, uint64_t count, int blockSize, bool vecOut,          \
                                bool qAligned2) {                                                                  \
     dequantizeBody<dt>(out, q, count, blockSize, vecOut, qAligned2);                                              \
+  }                                                                                                               \
+  extern "C" __global__ void __launch_bounds__(kThreads) collDevWiden_##sfx(float* dst, const void* src,        \
+                                                                           uint64_t count) {                    \
+    widenBody<dt>(dst, src, count);                                                                               \
   }
 
 extern "C" __global__ void __launch_bounds__(kThreads) collDevCopy(void* dst, const void* src, uint64_t bytes) {
