@@ -150,6 +150,15 @@ Status DeviceCalls::stageCollective(const CollArgs& a, int rank, int nranks, Dea
   CollArgs h = a;
   std::byte* recvHost = nullptr;
   std::byte* sendHost = nullptr;
+  // Region 1 holds a separate send buffer and, after it, the residual of a compressed call (device
+  // floats, read and written), aligned for the CPU kernels. It is sized once: growing it later would
+  // move the send buffer already handed out.
+  const bool separateSend = !sendInRecv && !recvInSend && sendBytes > 0;
+  const size_t residualBytes = a.compress.residual ? a.count * sizeof(float) : 0;
+  const size_t residualOffset = separateSend ? roundUp(sendBytes, size_t{64}) : 0;
+  const size_t region1Bytes = residualBytes > 0 ? residualOffset + residualBytes : (separateSend ? sendBytes : 0);
+  std::byte* region1 = nullptr;
+  if (region1Bytes > 0) COLL_TRY(pinned(1, region1Bytes, &region1));
   if (sendInRecv) {
     COLL_TRY(pinned(0, recvBytes, &recvHost));
     sendHost = recvHost + (s - r);
@@ -158,7 +167,7 @@ Status DeviceCalls::stageCollective(const CollArgs& a, int rank, int nranks, Dea
     recvHost = sendHost + (r - s);
   } else {
     if (recvBytes > 0) COLL_TRY(pinned(0, recvBytes, &recvHost));
-    if (sendBytes > 0) COLL_TRY(pinned(1, sendBytes, &sendHost));
+    if (sendBytes > 0) sendHost = region1;
   }
   if (sendBytes > 0) h.sendbuff = sendHost;
   if (recvBytes > 0) h.recvbuff = recvHost;
@@ -166,14 +175,8 @@ Status DeviceCalls::stageCollective(const CollArgs& a, int rank, int nranks, Dea
   if (sendBytes == 0 && a.sendbuff == a.recvbuff) h.sendbuff = h.recvbuff;
   else if (sendBytes == 0) h.sendbuff = nullptr;
   if (recvBytes == 0) h.recvbuff = nullptr;
-  // The residual of a compressed call (device floats, read and written).
-  std::byte* residualHost = nullptr;
-  const size_t residualBytes = a.compress.residual ? a.count * sizeof(float) : 0;
-  if (residualBytes > 0) {
-    COLL_TRY(pinned(1, (sendInRecv || recvInSend ? 0 : sendBytes) + residualBytes, &residualHost));
-    residualHost += sendInRecv || recvInSend ? 0 : sendBytes;
-    h.compress.residual = reinterpret_cast<float*>(residualHost);
-  }
+  std::byte* residualHost = residualBytes > 0 ? region1 + residualOffset : nullptr;
+  if (residualHost) h.compress.residual = reinterpret_cast<float*>(residualHost);
 
   COLL_TRY(copy(sendHost, a.sendbuff, sendBytes, copyIn_));
   COLL_TRY(copy(residualHost, a.compress.residual, residualBytes, copyIn_));
