@@ -159,8 +159,10 @@ COLL_API collResult_t collMemAlloc(void** ptr, size_t size);
 COLL_API collResult_t collMemFree(void* ptr);
 /* Registers a buffer with the communicator (NCCL's ncclCommRegister): *handle identifies it until
  * collCommDeregister. The buffer is checked (device memory of the communicator's device, or host
- * memory) and remembered; this release stages device buffers through host memory whether they are
- * registered or not, so registration does not yet change how a call runs. */
+ * memory) and remembered. A collective among the ranks of one host whose device buffers are
+ * registered on every rank (cuMemAlloc/cudaMalloc/collMemAlloc memory) is read and written by the
+ * peers directly over CUDA IPC, skipping the copies through the library's scratch; the buffer must
+ * stay allocated until it is deregistered. Other calls run as if nothing were registered. */
 COLL_API collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, void** handle);
 COLL_API collResult_t collCommDeregister(const collComm_t comm, void* handle);
 

@@ -795,20 +795,6 @@ collResult_t collMemFree(void* ptr) {
 
 }  // extern "C"
 
-namespace {
-struct Registration {
-  collComm_t comm;
-  void* buff;
-  size_t size;
-  gpu::MemKind kind;
-};
-std::mutex gRegistrationsMu;
-std::vector<std::unique_ptr<Registration>>& registrations() {
-  static auto* all = new std::vector<std::unique_ptr<Registration>>();  // never destroyed: safe at exit
-  return *all;
-}
-}  // namespace
-
 extern "C" {
 
 collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, void** handle) {
@@ -833,10 +819,10 @@ collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, vo
     }
   }
   if (!s.ok()) return report(s.withContext("collCommRegister"), c->rank());
-  auto reg = std::make_unique<Registration>(Registration{comm, buff, size, info.kind});
-  std::lock_guard<std::mutex> lock(gRegistrationsMu);
-  *handle = reg.get();
-  registrations().push_back(std::move(reg));
+  BufferRegistry::Entry e;
+  e.begin = reinterpret_cast<uintptr_t>(buff), e.size = size, e.kind = info.kind;
+  e.allocationBegin = info.rangeStart, e.allocationSize = info.rangeSize;
+  *handle = c->registry().add(e);
   return collSuccess;
 }
 
@@ -844,14 +830,7 @@ collResult_t collCommDeregister(const collComm_t comm, void* handle) {
   Comm* c = nullptr;
   Status s = lookup(comm, &c);
   if (!s.ok()) return report(s);
-  std::lock_guard<std::mutex> lock(gRegistrationsMu);
-  auto& all = registrations();
-  for (auto it = all.begin(); it != all.end(); ++it) {
-    if (it->get() == handle && (*it)->comm == comm) {
-      all.erase(it);
-      return collSuccess;
-    }
-  }
+  if (handle != nullptr && c->registry().remove(handle)) return collSuccess;
   return report(makeError(collInvalidArgument, "collCommDeregister: %p is not a registration of this communicator",
                           handle),
                 c->rank());

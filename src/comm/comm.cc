@@ -475,6 +475,7 @@ Status Comm::enqueueDevice(Work work, CUstream stream, int device) {
       if (cu == nullptr) return makeError(collInternalError, "device buffers without a CUDA driver");
       COLL_TRY(DeviceCalls::create(*cu, device, &device_).withContext("setting up CUDA device " +
                                                                        std::to_string(device)));
+      device_->setRegistry(&registry_);
     }
     d = device_.get();
   }

@@ -14,6 +14,7 @@
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "src/comm/connections.h"
+#include "src/comm/buffer_registry.h"
 #include "src/comm/device_calls.h"
 #include "src/comm/failure_manager.h"
 #include "src/comm/plan_cache.h"
@@ -89,6 +90,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   int cudaDevice() const { return cudaDevice_.load(std::memory_order_acquire); }
   // Binds the communicator to `device` (collCommInitAll's device list); fails if bound to another.
   Status bindDevice(int device);
+  // Buffers registered with this communicator (collCommRegister).
+  BufferRegistry& registry() { return registry_; }
 
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
@@ -197,6 +200,7 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   std::mutex deviceMu_;
   std::unique_ptr<DeviceCalls> device_;
   std::atomic<int> cudaDevice_{-1};
+  BufferRegistry registry_;
 };
 
 }  // namespace coll

@@ -120,7 +120,7 @@ Status DeviceCalls::runCollective(const CollArgs& a, int rank, int nranks, bool 
     }
     if (ipc_ && ipc_->handles(a)) {
       if (onIpc != nullptr) *onIpc = true;
-      return ipc_->run(a, copyIn_, ops);
+      return ipc_->run(a, copyIn_, ops, registry_);
     }
   }
   return stageCollective(a, rank, nranks, deadline, stop, run);

@@ -49,6 +49,8 @@ class DeviceCalls {
                        const std::atomic<bool>& stop, const HostRun& run, bool* onIpc = nullptr);
   // Whether the IPC path is set up (after the first call that could use it).
   bool ipcActive() const { return ipc_ != nullptr; }
+  // The communicator's registered buffers (All-Reduce over IPC uses them in place); outlives this.
+  void setRegistry(const BufferRegistry* registry) { registry_ = registry; }
   // The same for a batch of point-to-point calls.
   Status stageP2p(const std::vector<P2pCall>& calls, Deadline deadline, const std::atomic<bool>& stop,
                   const std::function<Status(const std::vector<P2pCall>&)>& run);
@@ -76,6 +78,7 @@ class DeviceCalls {
   } regions_[2];
   enum class IpcState { Unknown, On, Off } ipcState_ = IpcState::Unknown;
   std::unique_ptr<DeviceIpc> ipc_;
+  const BufferRegistry* registry_ = nullptr;
 };
 
 }  // namespace coll

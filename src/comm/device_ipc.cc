@@ -10,6 +10,7 @@
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "src/gpu/device_kernels.h"
+#include "src/kernels/device_kernel_abi.h"
 #include "src/kernels/quantize.h"
 
 namespace coll {
@@ -27,6 +28,7 @@ const BytesKnob kGpuIpcChunk("COLL_GPU_IPC_CHUNK", "2M",
 namespace {
 
 std::atomic<uint64_t> gIpcCollectives{0};
+std::atomic<uint64_t> gIpcRegistered{0};
 
 CUdeviceptr dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
@@ -61,23 +63,56 @@ int localOrdinalOf(const gpu::CudaDriver& cu, const char* bus) {
   return -1;
 }
 
+// One rank's registered buffers of a call, as the ranks exchange them: each buffer's
+// allocation (its IPC handle and base address in the owner's process) and offset in it.
+struct RegisteredRecord {
+  CUipcMemHandle sendHandle;
+  CUipcMemHandle recvHandle;
+  uint64_t sendBase;
+  uint64_t sendOffset;
+  uint64_t recvBase;
+  uint64_t recvOffset;
+  int32_t ok;        // every buffer this rank uses is registered device memory, exported
+  int32_t overlaps;  // its send and receive buffers overlap (in place)
+};
+
 }  // namespace
 
 uint64_t deviceIpcCollectives() { return gIpcCollectives.load(std::memory_order_relaxed); }
+uint64_t deviceIpcRegisteredCollectives() { return gIpcRegistered.load(std::memory_order_relaxed); }
 
 bool DeviceIpc::enabled() { return kGpuIpc.get() != "0"; }
 
 bool DeviceIpc::supports(const CollArgs& a, int nranks) {
-  if (a.kind != CollKind::AllReduce || a.count == 0) return false;
-  if (a.compress.blockSize == 0) return a.op < collNumOps;
-  // Compressed: where the host path would compress (Comm::compressedAllReduce runs it plain on
-  // one rank or below minBytes; the staged path does that).
-  return nranks > 1 && (a.op == collSum || a.op == collAvg) &&
-         a.count * dataTypeSize(a.dtype) >= a.compress.minBytes;
+  if (a.count == 0) return false;
+  switch (a.kind) {
+    case CollKind::AllReduce:
+      if (a.compress.blockSize == 0) return a.op < collNumOps;
+      // Compressed: where the host path would compress (Comm::compressedAllReduce runs it plain
+      // on one rank or below minBytes; the staged path does that).
+      return nranks > 1 && (a.op == collSum || a.op == collAvg) &&
+             a.count * dataTypeSize(a.dtype) >= a.compress.minBytes;
+    case CollKind::Reduce:
+    case CollKind::ReduceScatter:
+      return a.compress.blockSize == 0 && a.op < collNumOps;
+    case CollKind::Broadcast:
+    case CollKind::AllGather:
+    case CollKind::Gather:
+    case CollKind::Scatter:
+    case CollKind::AlltoAll:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool DeviceIpc::segmented(CollKind kind) {
+  return kind == CollKind::ReduceScatter || kind == CollKind::AlltoAll || kind == CollKind::Scatter;
 }
 
 bool DeviceIpc::handles(const CollArgs& a) const {
   if (!supports(a, nranks_)) return false;
+  if (segmented(a.kind)) return chunk_ >= static_cast<size_t>(nranks_) * dataTypeSize(a.dtype);
   return a.compress.blockSize == 0 || compressedRoundBlocks(a.compress.blockSize) > 0;
 }
 
@@ -131,6 +166,7 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
     if (all[static_cast<size_t>(p)].ok == 0) ok = false, why = "rank " + std::to_string(p) + " could not set up";
   }
   ipc->peers_.assign(static_cast<size_t>(nranks), nullptr);
+  ipc->local_.assign(static_cast<size_t>(nranks), false);
   for (int p = 0; p < nranks && ok; ++p) {
     const IpcRecord& r = all[static_cast<size_t>(p)];
     all[static_cast<size_t>(p)].bus[sizeof r.bus - 1] = '\0';
@@ -143,6 +179,7 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
         break;
       }
       ipc->peers_[static_cast<size_t>(p)] = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(r.ptr));
+      ipc->local_[static_cast<size_t>(p)] = true;
       continue;
     }
     if (!sameDevice) {
@@ -204,9 +241,183 @@ DeviceIpc::~DeviceIpc() {
   if (pushed) (void)cu_.cuCtxPopCurrent(&popped);
 }
 
-Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops) {
+Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry) {
   gIpcCollectives.fetch_add(1, std::memory_order_relaxed);
-  return a.compress.blockSize != 0 ? compressedAllReduce(a, stream, ops) : allReduce(a, stream, ops);
+  switch (a.kind) {
+    case CollKind::AllReduce:
+      if (a.compress.blockSize != 0) return compressedAllReduce(a, stream, ops);
+      return reduce(a, stream, ops, registry);
+    case CollKind::Reduce:
+      return reduce(a, stream, ops, registry);
+    case CollKind::ReduceScatter:
+      return reduceScatter(a, stream, ops, registry);
+    default:
+      return move(a, stream, ops, registry);
+  }
+}
+
+Status DeviceIpc::afterCopyIn(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry,
+                              bool firstChunk, bool* done) {
+  *done = false;
+  COLL_TRY(ops.sync(stream));
+  return firstChunk ? tryRegistered(a, stream, ops, registry, done) : ops.barrier();
+}
+
+Status DeviceIpc::copyAsync(void* dst, const void* src, uint64_t bytes, CUstream stream, const char* what) {
+  if (bytes == 0 || dst == src) return okStatus();
+  return gpu::cudaCheck(cu_.cuMemcpyAsync(dptr(dst), dptr(src), bytes, stream), what);
+}
+
+Status DeviceIpc::reduceInto(const CollArgs& a, void* dst, const void* const* srcs, uint64_t count, CUstream stream) {
+  if (count == 0) return okStatus();
+  const collRedOp_t op = a.op == collAvg ? collSum : a.op;
+  COLL_TRY(gpu::deviceReduce(cu_, dst, srcs, nranks_, count, a.dtype, op, stream));
+  if (a.op == collAvg) COLL_TRY(gpu::deviceDivide(cu_, dst, dst, count, a.dtype, static_cast<uint64_t>(nranks_), stream));
+  return okStatus();
+}
+
+bool DeviceIpc::mapPeerAllocation(int peer, const CUipcMemHandle& handle, uint64_t base, std::byte** out) {
+  if (local_[static_cast<size_t>(peer)]) {  // this process: its address is ours
+    *out = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(base));
+    return true;
+  }
+  for (const PeerAllocation& m : peerAllocations_) {
+    if (m.peer == peer && std::memcmp(&m.handle, &handle, sizeof handle) == 0) {
+      *out = m.mapped;
+      return true;
+    }
+  }
+  CUdeviceptr mapped = 0;
+  const CUresult res = cu_.cuIpcOpenMemHandle(&mapped, handle, cu::kIpcMemLazyEnablePeerAccess);
+  if (res != cu::kSuccess) {
+    COLL_INFO(rank_, "GPU IPC: rank %d's registered buffer cannot be mapped here (%s); the call goes through the "
+              "scratch", peer, gpu::cudaCheck(res, "cuIpcOpenMemHandle").message().c_str());
+    return false;
+  }
+  // Kept open for the communicator's life: a peer registers a buffer to use it again.
+  opened_.push_back(mapped);
+  peerAllocations_.push_back({peer, handle, reinterpret_cast<std::byte*>(static_cast<uintptr_t>(mapped))});
+  *out = peerAllocations_.back().mapped;
+  return true;
+}
+
+Status DeviceIpc::tryRegistered(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry,
+                                bool* done) {
+  *done = false;
+  const size_t es = dataTypeSize(a.dtype), n = static_cast<size_t>(nranks_), me = static_cast<size_t>(rank_);
+  const bool moves = a.kind != CollKind::AllReduce && a.kind != CollKind::Reduce && a.kind != CollKind::ReduceScatter;
+  uint64_t sendElems = 0, recvElems = 0;
+  bufferElements(a, rank_, nranks_, &sendElems, &recvElems);
+  RegisteredRecord mine{};
+  // A buffer this rank uses: registered device memory, exported; an unused one passes.
+  auto exported = [&](const void* p, uint64_t bytes, CUipcMemHandle* handle, uint64_t* base, uint64_t* offset) {
+    if (bytes == 0) return true;
+    BufferRegistry::Entry e;
+    if (!registry->findDevice(p, bytes, &e) ||
+        cu_.cuIpcGetMemHandle(handle, static_cast<CUdeviceptr>(e.allocationBegin)) != cu::kSuccess) {
+      return false;
+    }
+    *base = e.allocationBegin, *offset = reinterpret_cast<uintptr_t>(p) - e.allocationBegin;
+    return true;
+  };
+  if (registry != nullptr &&
+      exported(a.sendbuff, sendElems * es, &mine.sendHandle, &mine.sendBase, &mine.sendOffset) &&
+      exported(a.recvbuff, recvElems * es, &mine.recvHandle, &mine.recvBase, &mine.recvOffset)) {
+    mine.ok = 1;
+    const uintptr_t s = reinterpret_cast<uintptr_t>(a.sendbuff), r = reinterpret_cast<uintptr_t>(a.recvbuff);
+    mine.overlaps = sendElems > 0 && recvElems > 0 && s < r + recvElems * es && r < s + sendElems * es;
+  }
+  std::vector<RegisteredRecord> all(n);
+  COLL_TRY(ops.allGather(&mine, all.data(), sizeof mine));
+  bool overlaps = false;
+  for (const RegisteredRecord& rec : all) {
+    if (rec.ok == 0) return okStatus();  // the exchange was this chunk's barrier
+    overlaps = overlaps || rec.overlaps != 0;
+  }
+  // In place, a rank's send buffer is rewritten while the call runs. An All-to-All's peers would
+  // read it after its owner overwrote it; a reduction with more inputs than one kernel launch takes
+  // reads this rank's input in a second launch, after the first overwrote it. Both take the scratch.
+  if (overlaps && (a.kind == CollKind::AlltoAll || (!moves && nranks_ > kernels::devabi::kMaxSources))) {
+    return okStatus();
+  }
+  // Every rank's buffers as addressed here; every rank learns whether every rank mapped them all.
+  std::vector<const std::byte*> sends(n);
+  std::vector<std::byte*> recvs(n);
+  int32_t mapped = 1;
+  for (size_t p = 0; p < n && mapped; ++p) {
+    const RegisteredRecord& rec = all[p];
+    uint64_t se = 0, re = 0;
+    bufferElements(a, static_cast<int>(p), nranks_, &se, &re);
+    std::byte *sendBase = nullptr, *recvBase = nullptr;
+    if ((se > 0 && !mapPeerAllocation(static_cast<int>(p), rec.sendHandle, rec.sendBase, &sendBase)) ||
+        (re > 0 && !mapPeerAllocation(static_cast<int>(p), rec.recvHandle, rec.recvBase, &recvBase))) {
+      mapped = 0;
+      break;
+    }
+    if (se > 0) sends[p] = sendBase + rec.sendOffset;
+    if (re > 0) recvs[p] = recvBase + rec.recvOffset;
+  }
+  std::vector<int32_t> flags(n);
+  COLL_TRY(ops.allGather(&mapped, flags.data(), sizeof mapped));
+  for (int32_t f : flags) {
+    if (f == 0) return okStatus();
+  }
+
+  // The whole call on the user's buffers (the caller's last barrier keeps them alive for peers).
+  const uint64_t count = a.count, bytes = count * es;
+  const auto root = static_cast<size_t>(std::max(a.root, 0));
+  std::vector<const void*> srcs(n);
+  auto sourcesAt = [&](uint64_t first) {
+    for (size_t q = 0; q < n; ++q) srcs[q] = sends[q] + first * es;
+    return srcs.data();
+  };
+  const char* what = "cuMemcpyAsync (IPC registered)";
+  const uint64_t per = ceilDiv(count, static_cast<uint64_t>(n));
+  auto shardBegin = [&](size_t q) { return std::min<uint64_t>(q * per, count); };
+  auto shardEnd = [&](size_t q) { return std::min<uint64_t>((q + 1) * per, count); };
+  switch (a.kind) {
+    case CollKind::AllReduce:
+      // Shard `me` of every send buffer into our receive buffer; barrier; the others from their owners.
+      COLL_TRY(reduceInto(a, recvs[me] + shardBegin(me) * es, sourcesAt(shardBegin(me)), shardEnd(me) - shardBegin(me),
+                          stream));
+      COLL_TRY(ops.sync(stream));
+      COLL_TRY(ops.barrier());
+      for (size_t q = 0; q < n; ++q) {
+        if (q != me) COLL_TRY(copyAsync(recvs[me] + shardBegin(q) * es, recvs[q] + shardBegin(q) * es,
+                                        (shardEnd(q) - shardBegin(q)) * es, stream, what));
+      }
+      break;
+    case CollKind::Reduce:  // every rank reduces its shard straight into the root's receive buffer
+      COLL_TRY(reduceInto(a, recvs[root] + shardBegin(me) * es, sourcesAt(shardBegin(me)),
+                          shardEnd(me) - shardBegin(me), stream));
+      break;
+    case CollKind::ReduceScatter:
+      COLL_TRY(reduceInto(a, recvs[me], sourcesAt(me * count), count, stream));
+      break;
+    case CollKind::AllGather:
+    case CollKind::AlltoAll:
+      for (size_t q = 0; q < n; ++q) {
+        const uint64_t from = a.kind == CollKind::AlltoAll ? me * bytes : 0;
+        COLL_TRY(copyAsync(recvs[me] + q * bytes, sends[q] + from, bytes, stream, what));
+      }
+      break;
+    case CollKind::Gather:
+      if (me == root) {
+        for (size_t q = 0; q < n; ++q) COLL_TRY(copyAsync(recvs[me] + q * bytes, sends[q], bytes, stream, what));
+      }
+      break;
+    case CollKind::Broadcast:
+      COLL_TRY(copyAsync(recvs[me], sends[root], bytes, stream, what));
+      break;
+    case CollKind::Scatter:
+      COLL_TRY(copyAsync(recvs[me], sends[root] + me * bytes, bytes, stream, what));
+      break;
+    default:
+      return makeError(collInternalError, "GPU IPC: no registered path for this collective");
+  }
+  gIpcRegistered.fetch_add(1, std::memory_order_relaxed);
+  *done = true;
+  return okStatus();
 }
 
 Status DeviceIpc::compressedAllReduce(const CollArgs& a, CUstream stream, const HostOps& ops) {
@@ -274,12 +485,12 @@ Status DeviceIpc::compressedAllReduce(const CollArgs& a, CUstream stream, const 
   return ops.barrier();
 }
 
-Status DeviceIpc::allReduce(const CollArgs& a, CUstream stream, const HostOps& ops) {
+Status DeviceIpc::reduce(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = std::max<size_t>(chunk_ / es, 1);
-  const collRedOp_t op = a.op == collAvg ? collSum : a.op;
   const auto* send = static_cast<const std::byte*>(a.sendbuff);
-  auto* recv = static_cast<std::byte*>(a.recvbuff);
+  auto* recv = static_cast<std::byte*>(a.recvbuff);  // unused on a Reduce's other ranks
+  const bool receives = a.kind == CollKind::AllReduce || rank_ == a.root;
   const size_t n = static_cast<size_t>(nranks_);
   std::vector<const void*> srcs(n);
   for (uint64_t done = 0; done < a.count;) {
@@ -291,32 +502,92 @@ Status DeviceIpc::allReduce(const CollArgs& a, CUstream stream, const HostOps& o
     auto shardEnd = [&](size_t q) { return std::min((q + 1) * per, m); };
 
     // 1. This rank's chunk into its input area.
-    COLL_TRY(gpu::cudaCheck(cu_.cuMemcpyAsync(dptr(input(rank_, half)), dptr(send + done * es), m * es, stream),
-                            "cuMemcpyAsync (IPC input)"));
-    COLL_TRY(ops.sync(stream));
-    COLL_TRY(ops.barrier());
+    COLL_TRY(copyAsync(input(rank_, half), send + done * es, m * es, stream, "cuMemcpyAsync (IPC input)"));
+    bool registered = false;
+    COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
+    if (registered) break;
     // 2. Shard `rank_` of every rank's input, reduced in rank order into our output area.
     const size_t b = shardBegin(static_cast<size_t>(rank_)), e = shardEnd(static_cast<size_t>(rank_));
-    if (e > b) {
-      for (size_t q = 0; q < n; ++q) srcs[q] = input(static_cast<int>(q), half) + b * es;
-      void* dst = output(rank_, half) + b * es;
-      COLL_TRY(gpu::deviceReduce(cu_, dst, srcs.data(), nranks_, e - b, a.dtype, op, stream));
-      if (a.op == collAvg) COLL_TRY(gpu::deviceDivide(cu_, dst, dst, e - b, a.dtype, n, stream));
-    }
+    for (size_t q = 0; q < n; ++q) srcs[q] = input(static_cast<int>(q), half) + b * es;
+    COLL_TRY(reduceInto(a, output(rank_, half) + b * es, srcs.data(), e - b, stream));
     COLL_TRY(ops.sync(stream));
     COLL_TRY(ops.barrier());
     // 3. Every shard from its owner's output area into the receive buffer.
-    for (size_t q = 0; q < n; ++q) {
-      const size_t qb = shardBegin(q), qe = shardEnd(q);
-      if (qe <= qb) continue;
-      COLL_TRY(gpu::cudaCheck(cu_.cuMemcpyAsync(dptr(recv + (done + qb) * es), dptr(output(static_cast<int>(q), half) + qb * es),
-                                                (qe - qb) * es, stream),
-                              "cuMemcpyAsync (IPC output)"));
+    for (size_t q = 0; q < n && receives; ++q) {
+      COLL_TRY(copyAsync(recv + (done + shardBegin(q)) * es, output(static_cast<int>(q), half) + shardBegin(q) * es,
+                         (shardEnd(q) - shardBegin(q)) * es, stream, "cuMemcpyAsync (IPC output)"));
     }
     done += m;
   }
   COLL_TRY(ops.sync(stream));
-  // No rank leaves while another may still read its scratch (it may be freed next).
+  // No rank leaves while another may still read its scratch (it may be freed next) or buffers.
+  return ops.barrier();
+}
+
+Status DeviceIpc::reduceScatter(const CollArgs& a, CUstream stream, const HostOps& ops,
+                                const BufferRegistry* registry) {
+  const size_t es = dataTypeSize(a.dtype), n = static_cast<size_t>(nranks_), me = static_cast<size_t>(rank_);
+  const uint64_t chunkElems = std::max<uint64_t>(chunk_ / (es * n), 1);  // of each rank's segment
+  const auto* send = static_cast<const std::byte*>(a.sendbuff);
+  auto* recv = static_cast<std::byte*>(a.recvbuff);
+  std::vector<const void*> srcs(n);
+  for (uint64_t done = 0; done < a.count;) {
+    const uint64_t m = std::min(chunkElems, a.count - done);
+    const int half = static_cast<int>(half_++ & 1);
+    // 1. Elements [done, done + m) of each segment q of our send buffer into slot q of our input area.
+    for (size_t q = 0; q < n; ++q) {
+      COLL_TRY(copyAsync(input(rank_, half) + q * m * es, send + (q * a.count + done) * es, m * es, stream,
+                         "cuMemcpyAsync (IPC input)"));
+    }
+    bool registered = false;
+    COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
+    if (registered) break;
+    // 2. Slot `me` of every rank's input, reduced in rank order into our receive buffer.
+    for (size_t q = 0; q < n; ++q) srcs[q] = input(static_cast<int>(q), half) + me * m * es;
+    COLL_TRY(reduceInto(a, recv + done * es, srcs.data(), m, stream));
+    done += m;
+  }
+  COLL_TRY(ops.sync(stream));
+  return ops.barrier();
+}
+
+Status DeviceIpc::move(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry) {
+  const size_t es = dataTypeSize(a.dtype), n = static_cast<size_t>(nranks_), me = static_cast<size_t>(rank_);
+  const size_t root = static_cast<size_t>(std::max(a.root, 0));
+  // Per kind: which ranks' data moves, who receives, where each source lands in the receive buffer.
+  const bool fromRootOnly = a.kind == CollKind::Broadcast || a.kind == CollKind::Scatter;
+  const bool receives = a.kind != CollKind::Gather || me == root;
+  const bool slotPerSource = a.kind == CollKind::AllGather || a.kind == CollKind::Gather || a.kind == CollKind::AlltoAll;
+  uint64_t sendElems = 0, recvElems = 0;
+  bufferElements(a, rank_, nranks_, &sendElems, &recvElems);
+  // Segmented sends (All-to-All, Scatter) hold one segment per destination: a chunk has n slots.
+  const uint64_t segments = segmented(a.kind) ? n : 1;
+  const uint64_t chunkElems = std::max<uint64_t>(chunk_ / (es * segments), 1);
+  const auto* send = static_cast<const std::byte*>(a.sendbuff);
+  auto* recv = static_cast<std::byte*>(a.recvbuff);
+  for (uint64_t done = 0; done < a.count;) {
+    const uint64_t m = std::min(chunkElems, a.count - done);
+    const int half = static_cast<int>(half_++ & 1);
+    // 1. Elements [done, done + m) of each of our send segments into our input area.
+    for (uint64_t g = 0; g < segments && sendElems > 0; ++g) {
+      COLL_TRY(copyAsync(input(rank_, half) + g * m * es, send + (g * a.count + done) * es, m * es, stream,
+                         "cuMemcpyAsync (IPC input)"));
+    }
+    bool registered = false;
+    COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
+    if (registered) break;
+    // 2. Each source's part for us (ours straight from our send buffer) into the receive buffer.
+    const uint64_t segment = segments > 1 ? me : 0;
+    for (size_t q = 0; q < n && receives; ++q) {
+      if (fromRootOnly && q != root) continue;
+      std::byte* dst = recv + ((slotPerSource ? q : 0) * a.count + done) * es;
+      const std::byte* src = q == me ? send + (segment * a.count + done) * es
+                                     : input(static_cast<int>(q), half) + segment * m * es;
+      COLL_TRY(copyAsync(dst, src, m * es, stream, "cuMemcpyAsync (IPC output)"));
+    }
+    done += m;
+  }
+  COLL_TRY(ops.sync(stream));
   return ops.barrier();
 }
 

@@ -12,6 +12,11 @@
 //      element is reduced once, by one rank: bit-identical results everywhere), into its own
 //      output area (avg: then divides);                                           barrier
 //   3. every rank copies all shards from the ranks' output areas into its receive buffer.
+// Reduce is the same with step 3 at the root only. Reduce-Scatter copies slot q of each chunk
+// from segment q of the send buffer, and rank r reduces slot r of every rank's input straight into
+// its receive buffer. The data movers copy their chunk (All-to-All and Scatter: one slot per
+// destination) into the input area; barrier; each receiver copies its part from every source's
+// input area (Broadcast and Scatter: the root's; Gather: only the root receives).
 // The compressed (4-bit) All-Reduce runs the host's two-shot (algorithms/compressed.cc) with the
 // same shards, stochastic counters, residual updates and summation order, so its bytes are the
 // host path's: in rounds over the same range of every shard,
@@ -21,6 +26,14 @@
 //      dequantized slot r (peers r-1, r-2, ... in turn), averages, quantizes the sum (with its
 //      residual) into its output area and dequantizes it into its receive buffer;  barrier
 //   3. every rank dequantizes every other shard from its owner's output area.
+// Registered buffers (collCommRegister on every rank): the first chunk's barrier becomes an
+// all-gather of each rank's registered send and receive allocations (IPC handle, base, offset);
+// when every rank's are registered, the call runs on the user's buffers with no copies through the
+// scratch (only the first chunk's copy-in, made before the ranks know, is wasted): rank r reduces
+// shard r straight from every rank's send buffer into its receive buffer (Reduce: into the root's;
+// All-Reduce: then copies the other shards from their owners), and receivers copy straight from
+// the sources' send buffers. A rank that cannot map a peer's allocation makes every rank take the
+// chunked path.
 // A chunk's two halves alternate, so the barrier after step 1 of chunk k+1 also says that step 3 of
 // chunk k is done everywhere; one last barrier per call lets a rank free its scratch safely.
 #pragma once
@@ -34,6 +47,7 @@
 
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/comm/buffer_registry.h"
 #include "src/gpu/cuda_driver.h"
 #include "src/schedule/coll_args.h"
 #include "src/schedule/schedule.h"
@@ -66,13 +80,34 @@ class DeviceIpc {
   // Whether this path runs `a` (supports it, and its scratch holds a round of it).
   bool handles(const CollArgs& a) const;
   // Runs `a` (handles(a)) on `stream`, returning when the receive buffer holds the result.
-  Status run(const CollArgs& a, CUstream stream, const HostOps& ops);
+  // `registry` (may be null): this rank's registered buffers.
+  Status run(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry = nullptr);
 
   size_t chunkBytes() const { return chunk_; }
 
  private:
   DeviceIpc(const gpu::CudaDriver& cu, int rank, int nranks) : cu_(cu), rank_(rank), nranks_(nranks) {}
-  Status allReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
+  // The kinds, chunk by chunk through the scratch (each first tries the registered buffers):
+  // All-Reduce and Reduce (sharded reduction), Reduce-Scatter, and the data movers (Broadcast,
+  // All-Gather, Gather, Scatter, All-to-All).
+  Status reduce(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry);
+  Status reduceScatter(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry);
+  Status move(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry);
+  // Whether a kind's send buffer holds one segment per rank (its chunks hold a slot per rank).
+  static bool segmented(CollKind kind);
+  // After a chunk's copy-in: waits for it, then the barrier; on the first chunk, tryRegistered
+  // instead (*done: it ran the whole call).
+  Status afterCopyIn(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry,
+                     bool firstChunk, bool* done);
+  // Exchanges the ranks' registered buffers (in place of the first chunk's barrier) and, when
+  // every rank's are registered and mapped, runs the whole call on them (*done = true).
+  Status tryRegistered(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry,
+                       bool* done);
+  Status copyAsync(void* dst, const void* src, uint64_t bytes, CUstream stream, const char* what);
+  // dst = every rank's srcs reduced in rank order (the call's op; avg divides).
+  Status reduceInto(const CollArgs& a, void* dst, const void* const* srcs, uint64_t count, CUstream stream);
+  // A peer's registered allocation (legacy IPC handle) mapped here, opened once per communicator.
+  bool mapPeerAllocation(int peer, const CUipcMemHandle& handle, uint64_t base, std::byte** out);
   Status compressedAllReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
   // Quantization blocks per round of a compressed All-Reduce (0: the scratch is too small).
   uint64_t compressedRoundBlocks(int blockSize) const;
@@ -86,10 +121,19 @@ class DeviceIpc {
   CUdeviceptr scratch_ = 0;            // ours: 2 halves of (input, output), chunk_ bytes each
   std::vector<std::byte*> peers_;      // every rank's scratch as mapped here (ours included)
   std::vector<CUdeviceptr> opened_;    // cuIpcOpenMemHandle results, closed on destruction
+  std::vector<bool> local_;            // peers in this process (their pointers are valid here)
+  struct PeerAllocation {
+    int peer;
+    CUipcMemHandle handle;
+    std::byte* mapped;
+  };
+  std::vector<PeerAllocation> peerAllocations_;  // registered buffers of peers, mapped (in opened_)
   uint64_t half_ = 0;                  // chunks run so far (their parity picks the half)
 };
 
-// Calls run on the IPC path in this process (tests; all communicators together).
+// Calls run on the IPC path in this process (tests; all communicators together), and those of
+// them run in place on registered buffers.
 uint64_t deviceIpcCollectives();
+uint64_t deviceIpcRegisteredCollectives();
 
 }  // namespace coll

@@ -5,6 +5,9 @@
 //    2-4 ranks, counts around the chunk, in place and not, exact and equal to the staged path's;
 //  - the compressed (int4) All-Reduce on the device kernels, byte for byte the staged path's
 //    results and residuals;
+//  - Broadcast, Reduce, All-Gather, Reduce-Scatter, All-to-All, Gather and Scatter: exact, and
+//    equal to the staged path's;
+//  - registered buffers (collCommRegister) used directly, the same bytes, on threads and processes;
 //  - ranks that cannot reach each other (another device of the same process) fall back to staging;
 //  - 2 and 4 processes sharing device 0 (real cross-process IPC handles of the double): this test
 //    binary re-executed as each rank (GpuIpcChild.*).
@@ -23,6 +26,7 @@
 
 #include "bench/perf_data.h"
 #include "collective/collective.h"
+#include "src/base/align.h"
 #include "src/comm/device_ipc.h"
 #include "src/gpu/cuda_driver.h"
 #include "src/kernels/reduce.h"
@@ -295,8 +299,8 @@ TEST(GpuIpc, CompressedCallsTheIpcPathDoesNotTake) {
   EXPECT_EQ(deviceIpcCollectives(), before) << "no call took the IPC path";
 }
 
-// Calls the path does not take (PreMulSum, other collectives) still stage on an IPC communicator,
-// interleaved with IPC All-Reduces.
+// Calls the path does not take (PreMulSum) still stage on an IPC communicator, interleaved with
+// IPC calls.
 TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
   const int n = 3;
   const uint64_t before = deviceIpcCollectives();
@@ -328,7 +332,7 @@ TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
     }
     EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
   });
-  EXPECT_EQ(deviceIpcCollectives() - before, 2u * n) << "two of the four calls on the IPC path";
+  EXPECT_EQ(deviceIpcCollectives() - before, 3u * n) << "three of the four calls on the IPC path";
 }
 
 // The scratch is freed when the communicator is destroyed, also by a thread with no CUDA context.
@@ -383,6 +387,286 @@ TEST(GpuIpc, UnreachablePeersFallBackToStaging) {
     EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
   });
   EXPECT_EQ(deviceIpcCollectives(), before) << "no call took the IPC path";
+}
+
+// How a rank of registeredBattery treats its buffers.
+enum class Registration { None, Registered, RegisteredThenDeregistered };
+
+// One rank's All-Reduces on buffers inside one device allocation (at offsets, so the exchanged
+// offsets matter): several types and ops, counts within a chunk and across many, in place and
+// not. Returns each result's bytes; checks each against the exact expected result.
+std::vector<std::vector<unsigned char>> registeredBattery(int rank, int nranks, collComm_t comm, CUstream s,
+                                                          Registration how) {
+  struct Case {
+    collDataType_t t;
+    collRedOp_t op;
+  };
+  const Case cases[] = {{collInt32, collSum},      {collFloat32, collAvg},   {collFloat16, collMax},
+                        {collBfloat16, collProd},  {collFloat8e4m3, collMin}, {collFloat64, collSum},
+                        {collUint8, collMax}};
+  const size_t maxBytes = 3 * kChunk + 5 * 8 + 64;
+  DeviceBuffer arena(2 * maxBytes + 256);
+  void* handle = nullptr;
+  if (how != Registration::None) {
+    EXPECT_EQ(collCommRegister(comm, arena.ptr, 2 * maxBytes + 256, &handle), collSuccess) << collGetLastError(comm);
+  }
+  if (how == Registration::RegisteredThenDeregistered) EXPECT_EQ(collCommDeregister(comm, handle), collSuccess);
+  std::vector<std::vector<unsigned char>> results;
+  for (const Case& c : cases) {
+    const size_t es = perf::typeSize(c.t);
+    for (size_t count : {size_t{1}, static_cast<size_t>(nranks) + 1, 3 * kChunk / es + 5}) {
+      for (bool inPlace : {false, true}) {
+        const size_t bytes = count * es;
+        auto* send = static_cast<std::byte*>(arena.ptr) + 64;
+        auto* recv = send + roundUp(bytes, size_t{64}) + 64;
+        std::vector<unsigned char> in(bytes), guard(bytes + 64, 0x5a);
+        perf::fillInput(in.data(), count, c.t, c.op, rank, nranks);
+        EXPECT_EQ(cuda().cuMemcpyAsync(dp(send), dp(in.data()), bytes, s), 0);
+        EXPECT_EQ(cuda().cuMemcpyAsync(dp(recv), dp(guard.data()), bytes + 64, s), 0);
+        void* dst = inPlace ? send : recv;
+        // No synchronization before the call: it runs after the uploads queued on its stream.
+        EXPECT_EQ(collAllReduce(send, dst, count, c.t, c.op, comm, s), collSuccess) << collGetLastError(comm);
+        std::vector<unsigned char> got(bytes), tail(bytes + 64), sent(bytes);
+        EXPECT_EQ(cuda().cuMemcpyAsync(dp(got.data()), dp(dst), bytes, s), 0);
+        EXPECT_EQ(cuda().cuMemcpyAsync(dp(tail.data()), dp(recv), bytes + 64, s), 0);
+        EXPECT_EQ(cuda().cuMemcpyAsync(dp(sent.data()), dp(send), bytes, s), 0);
+        EXPECT_EQ(cuda().cuStreamSynchronize(s), 0);
+        std::string first;
+        EXPECT_EQ(perf::checkResult(got.data(), count, c.t, c.op, nranks, &first), 0u)
+            << "rank " << rank << " of " << nranks << ": " << perf::typeName(c.t) << " " << perf::opName(c.op)
+            << " count " << count << (inPlace ? " in place" : "") << ": " << first;
+        if (!inPlace) {
+          EXPECT_EQ(std::vector<unsigned char>(tail.begin() + static_cast<ptrdiff_t>(bytes), tail.end()),
+                    std::vector<unsigned char>(64, 0x5a))
+              << "written past the end";
+          EXPECT_EQ(sent, in) << "the send buffer changed";
+        }
+        results.push_back(std::move(got));
+      }
+    }
+  }
+  if (how == Registration::Registered) EXPECT_EQ(collCommDeregister(comm, handle), collSuccess);
+  return results;
+}
+
+// Buffers registered on every rank (collCommRegister) run in place: every rank reads its peers'
+// send buffers and receive buffers, no copies through the scratch; the same bytes as unregistered
+// calls. One rank without registrations, or registrations withdrawn, take the scratch.
+TEST(GpuIpc, RegisteredBuffersSkipTheScratch) {
+  for (int n : {2, 3, 4}) {
+    auto runAll = [&](auto howFor, uint64_t* ipcCalls, uint64_t* inPlaceCalls) {
+      std::vector<std::vector<std::vector<unsigned char>>> out(static_cast<size_t>(n));
+      const uint64_t ipcBefore = deviceIpcCollectives(), inPlaceBefore = deviceIpcRegisteredCollectives();
+      withComms(n, [&](int rank, collComm_t comm) {
+        CUstream s = makeStream();
+        out[static_cast<size_t>(rank)] = registeredBattery(rank, n, comm, s, howFor(rank));
+        collResult_t err = collSuccess;
+        EXPECT_EQ(collCommGetAsyncError(comm, &err), collSuccess);
+        EXPECT_EQ(err, collSuccess);
+        EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+      });
+      *ipcCalls = deviceIpcCollectives() - ipcBefore;
+      *inPlaceCalls = deviceIpcRegisteredCollectives() - inPlaceBefore;
+      return out;
+    };
+    uint64_t ipc = 0, inPlace = 0;
+    const auto plain = runAll([](int) { return Registration::None; }, &ipc, &inPlace);
+    const uint64_t calls = plain[0].size() * static_cast<uint64_t>(n);
+    EXPECT_EQ(ipc, calls);
+    EXPECT_EQ(inPlace, 0u) << "nothing registered";
+    const auto registered = runAll([](int) { return Registration::Registered; }, &ipc, &inPlace);
+    EXPECT_EQ(ipc, calls);
+    EXPECT_EQ(inPlace, calls) << n << " ranks: every call in place on the registered buffers";
+    const auto oneMissing =
+        runAll([](int rank) { return rank == 1 ? Registration::None : Registration::Registered; }, &ipc, &inPlace);
+    EXPECT_EQ(ipc, calls);
+    EXPECT_EQ(inPlace, 0u) << "rank 1 registered nothing: every rank takes the scratch";
+    const auto withdrawn = runAll([](int) { return Registration::RegisteredThenDeregistered; }, &ipc, &inPlace);
+    EXPECT_EQ(inPlace, 0u) << "deregistered buffers take the scratch";
+    for (int r = 0; r < n; ++r) {
+      const size_t ri = static_cast<size_t>(r);
+      ASSERT_EQ(registered[ri].size(), plain[ri].size());
+      for (size_t i = 0; i < plain[ri].size(); ++i) {
+        EXPECT_EQ(registered[ri][i], plain[ri][i]) << n << " ranks, rank " << r << " call " << i;
+        EXPECT_EQ(oneMissing[ri][i], plain[ri][i]) << n << " ranks, rank " << r << " call " << i;
+        EXPECT_EQ(withdrawn[ri][i], plain[ri][i]) << n << " ranks, rank " << r << " call " << i;
+      }
+    }
+  }
+}
+
+// One call of any collective the IPC path runs, on buffers laid out in one device allocation
+// (NCCL's in-place layouts when `inPlace`), optionally registered. Checks the result exactly, the
+// send buffer unchanged (not in place) and every other byte of the allocation untouched; returns
+// what this rank received (empty where it receives nothing).
+struct KindCase {
+  CollKind kind;
+  collDataType_t t;
+  collRedOp_t op;
+};
+
+std::vector<unsigned char> runKind(const KindCase& c, size_t count, bool inPlace, int root, int rank, int n,
+                                   collComm_t comm, CUstream s, bool registered) {
+  const size_t es = perf::typeSize(c.t), N = static_cast<size_t>(n), me = static_cast<size_t>(rank);
+  const bool isRoot = rank == root;
+  const uint64_t seed = 99;
+  size_t sendElems = count, recvElems = count;  // as NCCL counts them on this rank
+  switch (c.kind) {
+    case CollKind::Broadcast: sendElems = isRoot ? count : 0; break;
+    case CollKind::Reduce: recvElems = isRoot ? count : 0; break;
+    case CollKind::AllGather: recvElems = N * count; break;
+    case CollKind::ReduceScatter: sendElems = N * count; break;
+    case CollKind::AlltoAll: sendElems = recvElems = N * count; break;
+    case CollKind::Gather: recvElems = isRoot ? N * count : 0; break;
+    case CollKind::Scatter: sendElems = isRoot ? N * count : 0; break;
+    default: ADD_FAILURE() << "no such case"; return {};
+  }
+  const size_t sendBytes = sendElems * es, recvBytes = recvElems * es;
+  const size_t arenaBytes = 64 + roundUp(std::max<size_t>(sendBytes, 1), size_t{64}) + 64 + recvBytes + 64;
+  DeviceBuffer arena(arenaBytes);
+  void* handle = nullptr;
+  if (registered) EXPECT_EQ(collCommRegister(comm, arena.ptr, arenaBytes, &handle), collSuccess);
+  auto* base = static_cast<std::byte*>(arena.ptr);
+  std::byte* send = base + 64;
+  std::byte* recv = send + roundUp(std::max<size_t>(sendBytes, 1), size_t{64}) + 64;
+  if (inPlace) {  // NCCL's in-place layouts
+    switch (c.kind) {
+      case CollKind::AllGather: recv = base + 64, send = recv + me * count * es; break;
+      case CollKind::ReduceScatter: recv = send + me * count * es; break;
+      case CollKind::Gather:
+        if (isRoot) recv = base + 64, send = recv + me * count * es;
+        break;
+      case CollKind::Scatter:
+        if (isRoot) recv = send + me * count * es;
+        break;
+      default: recv = send; break;
+    }
+  }
+  // The allocation: 0x5a everywhere, then this rank's input.
+  std::vector<unsigned char> host(arenaBytes, 0x5a);
+  std::vector<unsigned char> in(sendBytes);
+  const bool reduces = c.kind == CollKind::Reduce || c.kind == CollKind::ReduceScatter;
+  if (reduces) perf::fillInput(in.data(), sendElems, c.t, c.op, rank, n);
+  else perf::fillPattern(in.data(), sendElems, es, rank, 0, seed);
+  if (sendBytes > 0) memcpy(host.data() + (send - base), in.data(), sendBytes);
+  arena.upload(host.data(), arenaBytes);
+  collResult_t r = collInternalError;
+  switch (c.kind) {
+    case CollKind::Broadcast: r = collBroadcast(send, recv, count, c.t, root, comm, s); break;
+    case CollKind::Reduce: r = collReduce(send, recv, count, c.t, c.op, root, comm, s); break;
+    case CollKind::AllGather: r = collAllGather(send, recv, count, c.t, comm, s); break;
+    case CollKind::ReduceScatter: r = collReduceScatter(send, recv, count, c.t, c.op, comm, s); break;
+    case CollKind::AlltoAll: r = collAlltoAll(send, recv, count, c.t, comm, s); break;
+    case CollKind::Gather: r = collGather(send, recv, count, c.t, root, comm, s); break;
+    case CollKind::Scatter: r = collScatter(send, recv, count, c.t, root, comm, s); break;
+    default: break;
+  }
+  EXPECT_EQ(r, collSuccess) << collGetLastError(comm);
+  EXPECT_EQ(cuda().cuStreamSynchronize(s), 0);
+  const std::vector<unsigned char> after = arena.download(arenaBytes);
+  if (registered) EXPECT_EQ(collCommDeregister(comm, handle), collSuccess);
+  const std::string what = std::string(collKindName(c.kind)) + " " + perf::typeName(c.t) + " count " +
+                           std::to_string(count) + (inPlace ? " in place" : "") + " root " + std::to_string(root) +
+                           ", rank " + std::to_string(rank) + " of " + std::to_string(n) +
+                           (registered ? " (registered)" : "");
+  const unsigned char* got = after.data() + (recv - base);
+  size_t wrong = 0;
+  std::string first;
+  if (c.kind == CollKind::Reduce) {
+    if (isRoot) wrong = perf::checkResult(got, count, c.t, c.op, n, &first);
+  } else if (c.kind == CollKind::ReduceScatter) {
+    wrong = perf::checkResult(got, count, c.t, c.op, n, &first, me * count);
+  } else {
+    for (size_t i = 0; i < recvElems && wrong == 0; ++i) {
+      const size_t slot = i / count, j = i % count;
+      int from = 0;
+      size_t index = 0;
+      switch (c.kind) {
+        case CollKind::Broadcast: from = root, index = i; break;
+        case CollKind::AllGather:
+        case CollKind::Gather: from = static_cast<int>(slot), index = j; break;
+        case CollKind::AlltoAll: from = static_cast<int>(slot), index = me * count + j; break;
+        case CollKind::Scatter: from = root, index = me * count + i; break;
+        default: break;
+      }
+      if (!perf::patternMatches(got, i, es, from, index, seed)) wrong++, first = "element " + std::to_string(i);
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << first;
+  // Outside the receive buffer: the send buffer as it was (unless in place), 0x5a elsewhere.
+  for (size_t i = 0; i < arenaBytes; ++i) {
+    const std::byte* at = base + i;
+    if (at >= recv && at < recv + recvBytes) continue;
+    const unsigned char want = at >= send && at < send + sendBytes ? in[static_cast<size_t>(at - send)] : 0x5a;
+    if (after[i] != want) {
+      ADD_FAILURE() << what << ": byte " << i << " of the allocation outside the receive buffer changed";
+      break;
+    }
+  }
+  return std::vector<unsigned char>(got, got + recvBytes);
+}
+
+// Every collective the IPC path takes besides All-Reduce (Broadcast, Reduce, All-Gather,
+// Reduce-Scatter, All-to-All, Gather, Scatter), on 2-4 ranks, counts within a chunk and across
+// many, in place and not, through the scratch and on registered buffers: exact, and the staged
+// path's bytes.
+TEST(GpuIpc, EveryCollectiveEqualsStaging) {
+  const KindCase cases[] = {
+      {CollKind::Broadcast, collUint8, collSum},      {CollKind::Broadcast, collFloat64, collSum},
+      {CollKind::Reduce, collInt32, collSum},         {CollKind::Reduce, collBfloat16, collAvg},
+      {CollKind::AllGather, collUint8, collSum},      {CollKind::AllGather, collFloat16, collSum},
+      {CollKind::ReduceScatter, collFloat32, collMax}, {CollKind::ReduceScatter, collFloat16, collAvg},
+      {CollKind::AlltoAll, collInt32, collSum},       {CollKind::AlltoAll, collUint8, collSum},
+      {CollKind::Gather, collFloat32, collSum},       {CollKind::Scatter, collInt64, collSum},
+  };
+  for (int n : {2, 3, 4}) {
+    // Each rank's results in call order; the calls that could not run on registered buffers.
+    auto battery = [&](bool registered, uint64_t* ipcCalls, uint64_t* registeredCalls, uint64_t* inPlaceAlltoAlls) {
+      std::vector<std::vector<std::vector<unsigned char>>> out(static_cast<size_t>(n));
+      const uint64_t ipcBefore = deviceIpcCollectives(), regBefore = deviceIpcRegisteredCollectives();
+      withComms(n, [&](int rank, collComm_t comm) {
+        CUstream s = makeStream();
+        uint64_t k = 0, alltoalls = 0;
+        for (const KindCase& c : cases) {
+          const size_t es = perf::typeSize(c.t);
+          for (size_t count : {size_t{1}, static_cast<size_t>(n) + 1, 3 * kChunk / es + 5}) {
+            for (bool inPlace : {false, true}) {
+              const int root = static_cast<int>(k++ % static_cast<uint64_t>(n));
+              if (inPlace && c.kind == CollKind::AlltoAll) alltoalls++;
+              out[static_cast<size_t>(rank)].push_back(runKind(c, count, inPlace, root, rank, n, comm, s, registered));
+            }
+          }
+        }
+        if (rank == 0) *inPlaceAlltoAlls = alltoalls;
+        EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+      });
+      *ipcCalls = deviceIpcCollectives() - ipcBefore;
+      *registeredCalls = deviceIpcRegisteredCollectives() - regBefore;
+      return out;
+    };
+    uint64_t ipc = 0, reg = 0, alltoalls = 0;
+    const auto plain = battery(false, &ipc, &reg, &alltoalls);
+    const uint64_t calls = plain[0].size() * static_cast<uint64_t>(n);
+    EXPECT_EQ(ipc, calls) << "every call on the IPC path";
+    EXPECT_EQ(reg, 0u);
+    const auto registered = battery(true, &ipc, &reg, &alltoalls);
+    EXPECT_EQ(ipc, calls);
+    EXPECT_EQ(reg, calls - alltoalls * static_cast<uint64_t>(n))
+        << "every call on registered buffers but the in-place All-to-Alls";
+    std::vector<std::vector<std::vector<unsigned char>>> staged;
+    {
+      ScopedEnv off("COLL_GPU_IPC", "0");
+      staged = battery(false, &ipc, &reg, &alltoalls);
+      EXPECT_EQ(ipc, 0u) << "COLL_GPU_IPC=0 stages";
+    }
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r) {
+      ASSERT_EQ(plain[r].size(), staged[r].size());
+      for (size_t i = 0; i < plain[r].size(); ++i) {
+        EXPECT_EQ(plain[r][i], staged[r][i]) << n << " ranks, rank " << r << " call " << i;
+        EXPECT_EQ(registered[r][i], staged[r][i]) << n << " ranks, rank " << r << " call " << i << " (registered)";
+      }
+    }
+  }
 }
 
 // ---- several processes on device 0 ----
@@ -530,6 +814,50 @@ TEST(GpuIpcChild, Rank) {
       memcpy(&v, raw.data() + i * 4, 4);
       ASSERT_NEAR(v, want, 0.02f * want) << "compressed, element " << i;
     }
+  }
+  {
+    // Registered buffers across processes: peers' allocations opened by handle (once, then reused
+    // by the second call), the call in place on them.
+    const uint64_t inPlaceBefore = deviceIpcRegisteredCollectives();
+    const size_t count = 5 * kChunk / 4 + 3;
+    DeviceBuffer a(2 * count * 4);
+    void* handle = nullptr;
+    ASSERT_EQ(collCommRegister(comm, a.ptr, 2 * count * 4, &handle), collSuccess) << collGetLastError(comm);
+    auto* send = static_cast<std::byte*>(a.ptr);
+    for (bool inPlace : {true, false}) {
+      std::vector<unsigned char> in(count * 4);
+      perf::fillInput(in.data(), count, collFloat32, collSum, rank, n);
+      ASSERT_EQ(cuda().cuMemcpyAsync(dp(send), dp(in.data()), count * 4, s), 0);
+      void* dst = inPlace ? send : send + count * 4;
+      ASSERT_EQ(collAllReduce(send, dst, count, collFloat32, collSum, comm, s), collSuccess) << collGetLastError(comm);
+      std::vector<unsigned char> got(count * 4);
+      ASSERT_EQ(cuda().cuMemcpyAsync(dp(got.data()), dp(dst), count * 4, s), 0);
+      ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+      ++calls;
+      std::string first;
+      ASSERT_EQ(perf::checkResult(got.data(), count, collFloat32, collSum, n, &first), 0u)
+          << "registered, rank " << rank << " of " << n << (inPlace ? " in place" : "") << ": " << first;
+    }
+    EXPECT_EQ(collCommDeregister(comm, handle), collSuccess);
+    EXPECT_EQ(deviceIpcRegisteredCollectives() - inPlaceBefore, ipcExpected ? 2u : 0u)
+        << "registered buffers across processes run in place";
+  }
+  {
+    // The other collectives across processes, through the scratch and on registered buffers.
+    const uint64_t registeredBefore = deviceIpcRegisteredCollectives();
+    const KindCase kinds[] = {{CollKind::Broadcast, collFloat32, collSum},
+                              {CollKind::ReduceScatter, collInt32, collSum},
+                              {CollKind::AlltoAll, collUint8, collSum},
+                              {CollKind::Gather, collFloat16, collSum}};
+    int k = 0;
+    for (const KindCase& c : kinds) {
+      for (bool registered : {false, true}) {
+        runKind(c, 3 * kChunk / perf::typeSize(c.t) + 5, false, k++ % n, rank, n, comm, s, registered);
+        ++calls;
+      }
+    }
+    EXPECT_EQ(deviceIpcRegisteredCollectives() - registeredBefore, ipcExpected ? 4u : 0u)
+        << "registered buffers of the other collectives across processes";
   }
   collResult_t err = collSuccess;
   EXPECT_EQ(collCommGetAsyncError(comm, &err), collSuccess);
