@@ -110,6 +110,7 @@ Status DeviceCalls::runCollective(const CollArgs& a, int rank, int nranks, bool 
       return run(b);
     };
     ops.sync = [&](CUstream s) { return waitStream(s, deadline, stop); };
+    ops.deadline = deadline;
     if (ipcState_ == IpcState::Unknown) {
       if (!DeviceIpc::enabled()) {
         ipcState_ = IpcState::Off;

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
 #include "src/base/align.h"
 #include "src/base/config.h"
+#include "src/base/fd_passing.h"
 #include "src/base/log.h"
 #include "src/gpu/device_kernels.h"
 #include "src/kernels/device_kernel_abi.h"
@@ -17,13 +19,20 @@ namespace coll {
 
 const StringKnob kGpuIpc("COLL_GPU_IPC", "auto",
                          "Device buffers of ranks all on one host: collectives device to device through CUDA IPC "
-                         "(All-Reduce) instead of staging through host memory. auto or 1: when every rank can map "
+                         "(all but point-to-point) instead of staging through host memory. auto or 1: when every rank can map "
                          "every other's memory (1 warns when not), 0: never. Set it alike on every rank.",
                          {KnobSection::Transports, 62});
 const BytesKnob kGpuIpcChunk("COLL_GPU_IPC_CHUNK", "2M",
                              "The CUDA IPC path's chunk: each rank's device scratch is 4 chunks (two halves of "
                              "input and output); one chunk of every rank's input is reduced per step.",
                              {KnobSection::Transports, 63});
+
+const StringKnob kGpuIpcHandle("COLL_GPU_IPC_HANDLE", "auto",
+                               "How the CUDA IPC path shares each rank's device scratch with the other processes: "
+                               "auto = a cuMem allocation exported as a POSIX file descriptor (passed over an "
+                               "abstract Unix socket) where the driver supports it, else a legacy IPC handle; fd = "
+                               "file descriptors only; legacy = legacy cuIpc handles only. Set it alike on every rank.",
+                               {KnobSection::Transports, 64});
 
 namespace {
 
@@ -43,14 +52,47 @@ uint64_t processNonce() {
 
 // One rank's part of the setup all-gather (fixed layout: every rank is this build).
 struct IpcRecord {
-  CUipcMemHandle handle;
+  CUipcMemHandle handle;  // legacy handle
   uint64_t ptr;
   uint64_t nonce;
   int64_t pid;
+  uint64_t bytes;    // the scratch's allocation (a file descriptor's mapping size)
   char bus[32];
+  char socket[64];   // the abstract socket this rank receives file descriptors on ("": none)
   int32_t device;
-  int32_t ok;  // this rank set its side up
+  int32_t ok;        // this rank set its side up
+  int32_t fdShared;  // 1: the scratch is a cuMem allocation shared by file descriptor; 0: legacy handle
+  int32_t pad;
 };
+
+// What comes with a file descriptor over the socket.
+struct FdHeader {
+  uint64_t nonce;  // the sender's process nonce, as in its record
+  int32_t rank;
+  int32_t pad;
+};
+
+bool sameProcess(const IpcRecord& a, const IpcRecord& b) { return a.pid == b.pid && a.nonce == b.nonce; }
+
+// Whether `device` supports cuMem allocations exportable as POSIX file descriptors.
+bool fdSharingSupported(const gpu::CudaDriver& cu, int device) {
+  CUdevice dev = -1;
+  int vmm = 0, fd = 0;
+  return cu.hasVirtualMemory() && cu.cuDeviceGet(&dev, device) == cu::kSuccess &&
+         cu.cuDeviceGetAttribute(&vmm, cu::kDeviceAttributeVirtualMemoryManagementSupported, dev) == cu::kSuccess &&
+         cu.cuDeviceGetAttribute(&fd, cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported, dev) ==
+             cu::kSuccess &&
+         vmm != 0 && fd != 0;
+}
+
+// A name for this rank's abstract socket, unique on the host (pid, process nonce, a counter).
+std::string socketName(int rank) {
+  static std::atomic<uint64_t> serial{0};
+  char name[64];
+  snprintf(name, sizeof name, "collective-ipc-%lld-%016llx-%llu-%d", static_cast<long long>(getpid()),
+           static_cast<unsigned long long>(processNonce()), static_cast<unsigned long long>(serial++), rank);
+  return name;
+}
 
 // The ordinal of the device with PCI bus id `bus` in this process (-1: not visible here).
 int localOrdinalOf(const gpu::CudaDriver& cu, const char* bus) {
@@ -127,6 +169,57 @@ uint64_t DeviceIpc::compressedRoundBlocks(int blockSize) const {
   return k;
 }
 
+Status DeviceIpc::mapAllocation(CUmemGenericAllocationHandle handle, size_t bytes, int device, CUdeviceptr* out) {
+  CUdeviceptr p = 0;
+  COLL_CU_TRY(cu_, cuMemAddressReserve, &p, bytes, 0, 0, 0);
+  CUresult r = cu_.cuMemMap(p, bytes, 0, handle, 0);
+  if (r == cu::kSuccess) {
+    CUmemAccessDesc access{};
+    access.location.type = cu::kMemLocationTypeDevice, access.location.id = device;
+    access.flags = cu::kMemAccessFlagsProtReadWrite;
+    r = cu_.cuMemSetAccess(p, bytes, &access, 1);
+    if (r != cu::kSuccess) (void)cu_.cuMemUnmap(p, bytes);
+  }
+  if (r != cu::kSuccess) {
+    (void)cu_.cuMemAddressFree(p, bytes);
+    return gpu::cudaCheck(r, "cuMemMap/cuMemSetAccess");
+  }
+  mappings_.push_back({p, bytes, handle});
+  *out = p;
+  return okStatus();
+}
+
+Status DeviceIpc::allocateScratch(int device, CUipcMemHandle* legacyHandle, int* exportFd, uint64_t* bytes) {
+  *exportFd = -1;
+  const std::string how = kGpuIpcHandle.get();
+  if (how != "legacy" && fdSharingSupported(cu_, device)) {
+    CUmemAllocationProp prop{};
+    prop.type = cu::kMemAllocationTypePinned;
+    prop.requestedHandleTypes = cu::kMemHandleTypePosixFileDescriptor;
+    prop.location.type = cu::kMemLocationTypeDevice, prop.location.id = device;
+    size_t granularity = 0;
+    COLL_CU_TRY(cu_, cuMemGetAllocationGranularity, &granularity, &prop, cu::kMemAllocGranularityMinimum);
+    *bytes = roundUp(4 * chunk_, std::max<size_t>(granularity, 1));
+    CUmemGenericAllocationHandle handle = 0;
+    COLL_CU_TRY(cu_, cuMemCreate, &handle, *bytes, &prop, 0);
+    Status s = mapAllocation(handle, *bytes, device, &scratch_);
+    if (!s.ok()) {
+      (void)cu_.cuMemRelease(handle);
+      return s;
+    }
+    scratchMapped_ = true;
+    return gpu::cudaCheck(cu_.cuMemExportToShareableHandle(exportFd, handle, cu::kMemHandleTypePosixFileDescriptor, 0),
+                          "cuMemExportToShareableHandle");
+  }
+  if (how == "fd") {
+    return makeError(collInvalidUsage, "COLL_GPU_IPC_HANDLE=fd, but device %d (or the driver) cannot share cuMem "
+                     "allocations as POSIX file descriptors", device);
+  }
+  *bytes = 4 * chunk_;
+  COLL_CU_TRY(cu_, cuMemAlloc, &scratch_, *bytes);
+  return gpu::cudaCheck(cu_.cuIpcGetMemHandle(legacyHandle, scratch_), "cuIpcGetMemHandle");
+}
+
 Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nranks, const HostOps& ops,
                         std::unique_ptr<DeviceIpc>* out) {
   out->reset();
@@ -139,39 +232,111 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
   mine.nonce = processNonce();
   mine.pid = getpid();
   mine.device = device;
+  int exportFd = -1;
+  FdListener listener;
   {
     CUdevice dev = -1;
     std::string kernelsWhy;
+    Status s;
     if (!gpu::deviceKernelsAvailable(cu, &kernelsWhy)) {
       why = "the device kernels do not load: " + kernelsWhy;
     } else if (cu.cuDeviceGet(&dev, device) != cu::kSuccess ||
                cu.cuDeviceGetPCIBusId(mine.bus, sizeof mine.bus, dev) != cu::kSuccess) {
       why = "no PCI bus id for device " + std::to_string(device);
-    } else if (cu.cuMemAlloc(&ipc->scratch_, 4 * ipc->chunk_) != cu::kSuccess) {
-      ipc->scratch_ = 0;
-      why = "cuMemAlloc of the scratch failed";
-    } else if (cu.cuIpcGetMemHandle(&mine.handle, ipc->scratch_) != cu::kSuccess) {
-      why = "cuIpcGetMemHandle failed";
+    } else if (s = ipc->allocateScratch(device, &mine.handle, &exportFd, &mine.bytes); !s.ok()) {
+      why = "the scratch: " + s.message();
     } else {
       mine.ptr = ipc->scratch_;
+      mine.fdShared = exportFd >= 0 ? 1 : 0;
       mine.ok = 1;
+      // Peers that share by file descriptor send theirs here (unless every rank is legacy-only).
+      if (kGpuIpcHandle.get() != "legacy") {
+        const std::string name = socketName(rank);
+        if (listener.listen(name, nranks + 8).ok()) snprintf(mine.socket, sizeof mine.socket, "%s", name.c_str());
+      }
     }
   }
   std::vector<IpcRecord> all(static_cast<size_t>(nranks));
   COLL_TRY(ops.allGather(&mine, all.data(), sizeof(IpcRecord)));
+  auto closeExport = [&] {
+    if (exportFd >= 0) close(exportFd), exportFd = -1;
+  };
 
   // Map every peer's scratch (a peer that failed its side: nobody uses the path).
   bool ok = mine.ok != 0;
   for (int p = 0; p < nranks && ok; ++p) {
     if (all[static_cast<size_t>(p)].ok == 0) ok = false, why = "rank " + std::to_string(p) + " could not set up";
   }
+  for (IpcRecord& r : all) r.bus[sizeof r.bus - 1] = '\0', r.socket[sizeof r.socket - 1] = '\0';
   ipc->peers_.assign(static_cast<size_t>(nranks), nullptr);
   ipc->local_.assign(static_cast<size_t>(nranks), false);
+
+  // File descriptors go from each exporting rank to every rank of another process: all ranks send
+  // first, agree that every send worked (so nobody waits for a descriptor that will not come),
+  // then receive. Every rank decides from the same records whether this happens.
+  std::vector<int> received(static_cast<size_t>(nranks), -1);
+  auto closeReceived = [&] {
+    for (int& fd : received) {
+      if (fd >= 0) close(fd), fd = -1;
+    }
+  };
+  bool fdsNeeded = false;
+  for (int p = 0; p < nranks && ok; ++p) {
+    for (int q = 0; q < nranks; ++q) {
+      if (all[static_cast<size_t>(q)].fdShared && !sameProcess(all[static_cast<size_t>(p)], all[static_cast<size_t>(q)])) {
+        fdsNeeded = true;
+      }
+    }
+  }
+  if (fdsNeeded) {
+    int32_t sent = 1;
+    std::string sendWhy;
+    const FdHeader header{mine.nonce, rank, 0};
+    for (int p = 0; p < nranks && exportFd >= 0; ++p) {
+      const IpcRecord& r = all[static_cast<size_t>(p)];
+      if (sameProcess(r, mine)) continue;
+      Status s = r.socket[0] == '\0' ? makeError(collSystemError, "rank %d has no socket for descriptors", p)
+                                     : sendFd(r.socket, &header, sizeof header, exportFd);
+      if (!s.ok()) {
+        sent = 0, sendWhy = "sending the scratch's file descriptor to rank " + std::to_string(p) + ": " + s.message();
+        break;
+      }
+    }
+    closeExport();
+    std::vector<int32_t> sentAll(static_cast<size_t>(nranks));
+    COLL_TRY(ops.allGather(&sent, sentAll.data(), sizeof sent));
+    for (int p = 0; p < nranks && ok; ++p) {
+      if (sentAll[static_cast<size_t>(p)] == 0) {
+        ok = false, why = p == rank ? sendWhy : "rank " + std::to_string(p) + " could not send its file descriptor";
+      }
+    }
+    int expected = 0;
+    for (int q = 0; q < nranks; ++q) {
+      expected += all[static_cast<size_t>(q)].fdShared && !sameProcess(all[static_cast<size_t>(q)], mine) ? 1 : 0;
+    }
+    for (int i = 0; i < expected && ok; ++i) {
+      FdHeader h{};
+      int fd = -1;
+      pid_t pid = 0;
+      Status s = listener.receive(&h, sizeof h, &fd, &pid, ops.deadline);
+      // Anyone on the host may connect: the kernel's word on the sender's pid must match the rank's record.
+      const bool valid = s.ok() && h.rank >= 0 && h.rank < nranks &&
+                         all[static_cast<size_t>(h.rank)].fdShared && all[static_cast<size_t>(h.rank)].pid == pid &&
+                         all[static_cast<size_t>(h.rank)].nonce == h.nonce && received[static_cast<size_t>(h.rank)] < 0;
+      if (!valid) {
+        if (fd >= 0) close(fd);
+        ok = false, why = s.ok() ? "a file descriptor from an unexpected sender" : "receiving file descriptors: " + s.message();
+        break;
+      }
+      received[static_cast<size_t>(h.rank)] = fd;
+    }
+  }
+  closeExport();
+
   for (int p = 0; p < nranks && ok; ++p) {
     const IpcRecord& r = all[static_cast<size_t>(p)];
-    all[static_cast<size_t>(p)].bus[sizeof r.bus - 1] = '\0';
     const bool sameDevice = strncmp(r.bus, mine.bus, sizeof r.bus) == 0;
-    if (r.pid == mine.pid && r.nonce == mine.nonce) {
+    if (sameProcess(r, mine)) {
       // This process: CUDA refuses to open our own handles; the pointer is valid as it is. Another
       // device of this process would need peer access enabled (not among the driver calls used).
       if (!sameDevice) {
@@ -195,15 +360,34 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
       }
     }
     CUdeviceptr mapped = 0;
-    const CUresult res = cu.cuIpcOpenMemHandle(&mapped, r.handle, cu::kIpcMemLazyEnablePeerAccess);
-    if (res != cu::kSuccess) {
-      ok = false, why = "cuIpcOpenMemHandle of rank " + std::to_string(p) + "'s scratch failed: " +
-                        gpu::cudaCheck(res, "cuIpcOpenMemHandle").message();
-      break;
+    if (r.fdShared) {
+      CUmemGenericAllocationHandle handle = 0;
+      const int fd = received[static_cast<size_t>(p)];
+      CUresult res = r.bytes < 4 * ipc->chunk_ ? cu::kErrorInvalidValue
+                                                : cu.cuMemImportFromShareableHandle(
+                                                      &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                      cu::kMemHandleTypePosixFileDescriptor);
+      Status s = gpu::cudaCheck(res, "cuMemImportFromShareableHandle");
+      if (s.ok()) {
+        s = ipc->mapAllocation(handle, r.bytes, device, &mapped);
+        if (!s.ok()) (void)cu.cuMemRelease(handle);
+      }
+      if (!s.ok()) {
+        ok = false, why = "mapping rank " + std::to_string(p) + "'s scratch from its file descriptor: " + s.message();
+        break;
+      }
+    } else {
+      const CUresult res = cu.cuIpcOpenMemHandle(&mapped, r.handle, cu::kIpcMemLazyEnablePeerAccess);
+      if (res != cu::kSuccess) {
+        ok = false, why = "cuIpcOpenMemHandle of rank " + std::to_string(p) + "'s scratch failed: " +
+                          gpu::cudaCheck(res, "cuIpcOpenMemHandle").message();
+        break;
+      }
+      ipc->opened_.push_back(mapped);
     }
-    ipc->opened_.push_back(mapped);
     ipc->peers_[static_cast<size_t>(p)] = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(mapped));
   }
+  closeReceived();  // an imported allocation holds its own reference
 
   // Every rank learns whether every rank mapped every peer: all use the path or none does.
   std::vector<int32_t> flags(static_cast<size_t>(nranks));
@@ -225,8 +409,9 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
     return okStatus();  // ipc's destructor closes and frees what was made
   }
   if (rank == 0) {
-    COLL_INFO(rank, "GPU IPC: on for %d ranks of this host (chunk %zu bytes, %zu bytes of device scratch per rank)",
-              nranks, ipc->chunk_, 4 * ipc->chunk_);
+    COLL_INFO(rank, "GPU IPC: on for %d ranks of this host (chunk %zu bytes, %zu bytes of device scratch per rank, "
+              "shared by %s)", nranks, ipc->chunk_, static_cast<size_t>(mine.bytes),
+              mine.fdShared ? "POSIX file descriptor" : "legacy IPC handle");
   }
   *out = std::move(ipc);
   return okStatus();
@@ -236,7 +421,12 @@ DeviceIpc::~DeviceIpc() {
   // The destroying thread may have no context, or another one: ours for the frees only.
   const bool pushed = ctx_ != nullptr && cu_.cuCtxPushCurrent(ctx_) == cu::kSuccess;
   for (CUdeviceptr p : opened_) (void)cu_.cuIpcCloseMemHandle(p);
-  if (scratch_ != 0) (void)cu_.cuMemFree(scratch_);
+  for (const Mapping& m : mappings_) {
+    (void)cu_.cuMemUnmap(m.ptr, m.bytes);
+    (void)cu_.cuMemAddressFree(m.ptr, m.bytes);
+    (void)cu_.cuMemRelease(m.handle);
+  }
+  if (scratch_ != 0 && !scratchMapped_) (void)cu_.cuMemFree(scratch_);
   CUcontext popped = nullptr;
   if (pushed) (void)cu_.cuCtxPopCurrent(&popped);
 }

@@ -1,8 +1,11 @@
 // DeviceIpc: the intra-node device path. When every rank of a communicator is on this host and on
 // devices that can reach each other (the same device, or peers), each rank allocates a device
-// scratch region, exports it with a legacy CUDA IPC handle, and the ranks exchange (handle,
-// pointer, pid, device) in one host all-gather. Each rank maps every peer's region once
-// (cuIpcOpenMemHandle; a peer in this very process, where CUDA refuses the open, by its pointer).
+// scratch region and exports it: a cuMem allocation as a POSIX file descriptor where the driver
+// supports it (COLL_GPU_IPC_HANDLE), else cuMemAlloc memory with a legacy CUDA IPC handle. The
+// ranks exchange (handle, pointer, pid, device, socket name) in one host all-gather; descriptors go
+// to the ranks of other processes over abstract Unix sockets (src/base/fd_passing.h). Each rank
+// maps every peer's region once (cuMemImportFromShareableHandle + cuMemMap, or cuIpcOpenMemHandle;
+// a peer in this very process by its pointer).
 // Collectives on device buffers then move and reduce data device to device with the device
 // kernels, synchronised by host barriers; the host never sees the data.
 //
@@ -63,6 +66,7 @@ class DeviceIpc {
     std::function<Status()> barrier;
     // Waits until `stream` has run everything queued (with the call's deadline and abort flag).
     std::function<Status(CUstream)> sync;
+    Deadline deadline = Deadline::never();  // the call's (the setup waits for file descriptors with it)
   };
 
   // COLL_GPU_IPC: 0 = never, 1 or auto = when it can be set up (1 warns when it cannot).
@@ -108,6 +112,12 @@ class DeviceIpc {
   Status reduceInto(const CollArgs& a, void* dst, const void* const* srcs, uint64_t count, CUstream stream);
   // A peer's registered allocation (legacy IPC handle) mapped here, opened once per communicator.
   bool mapPeerAllocation(int peer, const CUipcMemHandle& handle, uint64_t base, std::byte** out);
+  // The scratch: a cuMem allocation exported as a POSIX file descriptor (*exportFd >= 0) where
+  // COLL_GPU_IPC_HANDLE and the device allow, else cuMemAlloc memory with a legacy handle.
+  Status allocateScratch(int device, CUipcMemHandle* legacyHandle, int* exportFd, uint64_t* bytes);
+  // Reserves an address range, maps `handle` there and gives `device` read-write access; the
+  // mapping (and the handle) are released on destruction.
+  Status mapAllocation(CUmemGenericAllocationHandle handle, size_t bytes, int device, CUdeviceptr* out);
   Status compressedAllReduce(const CollArgs& a, CUstream stream, const HostOps& ops);
   // Quantization blocks per round of a compressed All-Reduce (0: the scratch is too small).
   uint64_t compressedRoundBlocks(int blockSize) const;
@@ -120,7 +130,14 @@ class DeviceIpc {
   CUcontext ctx_ = nullptr;            // the context the scratch and mappings belong to
   CUdeviceptr scratch_ = 0;            // ours: 2 halves of (input, output), chunk_ bytes each
   std::vector<std::byte*> peers_;      // every rank's scratch as mapped here (ours included)
+  bool scratchMapped_ = false;         // the scratch is one of mappings_ (not cuMemAlloc memory)
   std::vector<CUdeviceptr> opened_;    // cuIpcOpenMemHandle results, closed on destruction
+  struct Mapping {
+    CUdeviceptr ptr;
+    size_t bytes;
+    CUmemGenericAllocationHandle handle;
+  };
+  std::vector<Mapping> mappings_;      // cuMem allocations mapped here (ours, peers' by descriptor)
   std::vector<bool> local_;            // peers in this process (their pointers are valid here)
   struct PeerAllocation {
     int peer;

@@ -1,7 +1,7 @@
 // The subset of the CUDA driver API (cuda.h) that libcollective calls, declared here so that the
 // library compiles without the CUDA toolkit and loads the driver at run time (cuda_driver.h). Types,
-// constants and signatures are the driver's ABI as cuda.h (CUDA 12/13) defines them; where the
-// toolkit is present, tests/unit/test_cuda_abi.cc checks every constant and signature against it.
+// constants, struct layouts and signatures are the driver's ABI as cuda.h (CUDA 12/13) defines them,
+// copied by hand from the toolkit's header (this file cannot include it: the names would clash).
 // The exported symbol names (with their _v2 suffixes) are in COLL_CUDA_DRIVER_FUNCTIONS.
 #pragma once
 
@@ -25,6 +25,30 @@ typedef uint32_t cuuint32_t;
 typedef struct {
   char reserved[COLL_CU_IPC_HANDLE_SIZE];
 } CUipcMemHandle;
+
+// Virtual memory management (cuMem*): physical allocations mapped into reserved address ranges,
+// exportable as POSIX file descriptors.
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+  int type;  // CUmemLocationType
+  int id;    // the device ordinal for kMemLocationTypeDevice
+} CUmemLocation;
+typedef struct {
+  int type;                  // CUmemAllocationType
+  int requestedHandleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+typedef struct {
+  CUmemLocation location;
+  int flags;  // CUmemAccess_flags
+} CUmemAccessDesc;
 
 }  // extern "C"
 
@@ -100,6 +124,14 @@ constexpr unsigned int kMemHostAllocDeviceMap = 0x02;    // CU_MEMHOSTALLOC_DEVI
 constexpr unsigned int kMemHostRegisterPortable = 0x01;  // CU_MEMHOSTREGISTER_PORTABLE
 constexpr unsigned int kMemHostRegisterDeviceMap = 0x02; // CU_MEMHOSTREGISTER_DEVICEMAP
 constexpr unsigned int kIpcMemLazyEnablePeerAccess = 0x1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+// CUmemAllocationType, CUmemLocationType, CUmemAllocationHandleType, CUmemAccess_flags,
+// CUmemAllocationGranularity_flags.
+constexpr int kMemAllocationTypePinned = 0x1;           // CU_MEM_ALLOCATION_TYPE_PINNED
+constexpr int kMemLocationTypeDevice = 0x1;             // CU_MEM_LOCATION_TYPE_DEVICE
+constexpr int kMemHandleTypeNone = 0x0;                 // CU_MEM_HANDLE_TYPE_NONE
+constexpr int kMemHandleTypePosixFileDescriptor = 0x1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+constexpr int kMemAccessFlagsProtReadWrite = 0x3;       // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+constexpr int kMemAllocGranularityMinimum = 0x0;        // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 
 // The special stream handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD); 0 is the legacy stream too.
 inline CUstream legacyStream() { return reinterpret_cast<CUstream>(uintptr_t{1}); }
@@ -165,3 +197,23 @@ inline CUstream perThreadStream() { return reinterpret_cast<CUstream>(uintptr_t{
     (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, \
      unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,           \
      void** kernelParams, void** extra))
+
+// Functions the library uses when the driver has them (a null pointer when it does not): the
+// virtual memory management calls behind CUDA IPC with POSIX file descriptors.
+#define COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                                                  \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                            \
+    (size_t * granularity, const CUmemAllocationProp* prop, int option))                                       \
+  X(cuMemCreate, "cuMemCreate",                                                                                \
+    (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop, unsigned long long flags)) \
+  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle handle))                                       \
+  X(cuMemAddressReserve, "cuMemAddressReserve",                                                                \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags))            \
+  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr ptr, size_t size))                                      \
+  X(cuMemMap, "cuMemMap",                                                                                      \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)) \
+  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr ptr, size_t size))                                                  \
+  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count)) \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle",                                              \
+    (void* shareableHandle, CUmemGenericAllocationHandle handle, int handleType, unsigned long long flags))    \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle",                                          \
+    (CUmemGenericAllocationHandle * handle, void* osHandle, int shHandleType))

@@ -40,6 +40,10 @@ void load(Loaded* out) {
   if (d.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + symbol;
   COLL_CUDA_DRIVER_FUNCTIONS(COLL_CUDA_DRIVER_RESOLVE)
 #undef COLL_CUDA_DRIVER_RESOLVE
+#define COLL_CUDA_DRIVER_RESOLVE_OPTIONAL(name, symbol, params) \
+  d.name = reinterpret_cast<decltype(d.name)>(dlsym(handle, symbol));
+  COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_CUDA_DRIVER_RESOLVE_OPTIONAL)
+#undef COLL_CUDA_DRIVER_RESOLVE_OPTIONAL
   // The handle stays open for the process: the table points into it.
   if (!missing.empty()) {
     out->why = "the CUDA driver " + path + " lacks " + missing + " (a driver for CUDA 12 or newer is needed)";
@@ -71,6 +75,14 @@ Loaded& loaded() {
 }
 
 }  // namespace
+
+bool CudaDriver::hasVirtualMemory() const {
+  bool all = true;
+#define COLL_CUDA_DRIVER_HAS(name, symbol, params) all = all && name != nullptr;
+  COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_CUDA_DRIVER_HAS)
+#undef COLL_CUDA_DRIVER_HAS
+  return all;
+}
 
 const CudaDriver* cudaDriver(std::string* why) {
   Loaded& l = loaded();

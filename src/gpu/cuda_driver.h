@@ -14,10 +14,13 @@ namespace coll::gpu {
 struct CudaDriver {
 #define COLL_CUDA_DRIVER_MEMBER(name, symbol, params) CUresult(*name) params = nullptr;
   COLL_CUDA_DRIVER_FUNCTIONS(COLL_CUDA_DRIVER_MEMBER)
+  COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_CUDA_DRIVER_MEMBER)
 #undef COLL_CUDA_DRIVER_MEMBER
   int version = 0;      // cuDriverGetVersion
   int deviceCount = 0;  // cuDeviceGetCount (0 is a loaded driver without devices)
   std::string path;     // the library loaded
+  // Whether every optional function (virtual memory management) was found.
+  bool hasVirtualMemory() const;
 };
 
 // The driver, loaded and initialized (cuInit) on first use; nullptr when it cannot be (no

@@ -3,7 +3,9 @@
 // through a private read/write "shadow" mapping while its device address lies in a PROT_NONE arena
 // (host code touching it faults, as on a GPU); streams are worker threads running their operations
 // in order; kernels are the host builds of the device kernels (host_kernels.h); IPC handles name the
-// owner's memfd, opened by other processes through /proc/<pid>/fd. README.md lists what is modelled.
+// owner's memfd, opened by other processes through /proc/<pid>/fd. The VMM functions of
+// COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS map memfds of their own into reserved arena ranges and share
+// them as POSIX file descriptors. README.md lists what is modelled.
 #include "tests/cuda_double/cuda_double.h"
 
 #include <fcntl.h>
@@ -52,6 +54,7 @@ using coll::cuda_double::LaunchDims;
 constexpr CUresult kMapFailed = 205;               // CUDA_ERROR_MAP_FAILED
 constexpr CUresult kIllegalState = 401;            // CUDA_ERROR_ILLEGAL_STATE
 constexpr CUresult kHostNotRegistered = 713;       // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+constexpr CUresult kNotPermitted = 800;            // CUDA_ERROR_NOT_PERMITTED
 constexpr int kDeviceInvalid = -2;                 // CU_DEVICE_INVALID
 
 constexpr int kDriverVersion = 13000;
@@ -68,6 +71,11 @@ size_t arenaBytes() {
 }
 constexpr uint32_t kIpcMagic = 0x44554343;        // "CCUD"
 constexpr const char* kMemfdPrefix = "coll-cuda-double-";
+// cuMemCreate's memfds are named kMemfdPrefix + "vmm-d<device>-<id>": an importer finds the device
+// there, and the legacy IPC check (kMemfdPrefix + "<buffer id> ") never matches one.
+constexpr const char* kVmmMemfdTag = "vmm-d";
+// cuMemGetAllocationGranularity, both options (what current GPUs report).
+constexpr size_t kVmmGranularity = size_t{2} << 20;
 
 size_t roundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -75,7 +83,24 @@ size_t roundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 struct Context;
 
-// One range of device memory: an allocation of this process or a mapping opened from a handle.
+// A physical allocation of the VMM API: from cuMemCreate, or a handle imported from a shareable fd
+// (its own dup of the exporter's memfd). Under State::memMu, except the constant fields.
+struct VmmAlloc {
+  CUmemGenericAllocationHandle handle = 0;
+  size_t size = 0;          // a multiple of kVmmGranularity
+  int device = 0;
+  int memfd = -1;
+  int handleTypes = 0;      // requestedHandleTypes (imported: POSIX fd, it came as one)
+  bool imported = false;    // not charged to the per-device limit (the exporter's memory)
+  bool released = false;    // cuMemRelease called: the handle is gone, mappings keep the memory
+  int mappings = 0;         // live cuMemMap ranges
+  ~VmmAlloc() {
+    if (memfd >= 0) close(memfd);
+  }
+};
+
+// One range of device memory: an allocation of this process, a mapping opened from a handle, or a
+// cuMemMap mapping of a VmmAlloc.
 struct DeviceRange {
   uintptr_t base = 0;    // device address (in the arena)
   size_t size = 0;       // bytes as asked
@@ -88,6 +113,10 @@ struct DeviceRange {
   pid_t ownerPid = 0;      // imported: the exporter and its buffer id (the refcount key)
   uint64_t ownerBuffer = 0;
   int importRefs = 0;
+  // cuMemMap: the allocation mapped (kept open while the range is), and the devices cuMemSetAccess
+  // gave read-write access (bit per ordinal); copies and kernels need their device's bit.
+  std::shared_ptr<VmmAlloc> vmm;
+  uint64_t accessMask = 0;
   ~DeviceRange() {
     if (shadow != nullptr) munmap(shadow, mapped);
     if (memfd >= 0) close(memfd);
@@ -177,6 +206,16 @@ struct State {
   int hostRegistrations = 0;
   size_t memoryLimit = size_t{16} << 30;
   std::vector<size_t> bytesPerDevice;
+  // VMM: live handles, and the reserved ranges (by aligned base) with the arena extent each took.
+  struct Reservation {
+    size_t size = 0;
+    uintptr_t taken = 0;
+    size_t takenBytes = 0;
+  };
+  std::map<CUmemGenericAllocationHandle, std::shared_ptr<VmmAlloc>> vmmHandles;
+  CUmemGenericAllocationHandle nextVmmHandle = 0x7000;
+  std::map<uintptr_t, Reservation> reservations;
+  bool vmmSupported = true;  // COLL_CUDA_DOUBLE_VMM=0 at cuInit: false (set before `initialized`)
 
   // Error injection.
   std::mutex injectMu;
@@ -220,6 +259,7 @@ bool exported(const std::string& name) {
   static const char* const kNames[] = {
 #define COLL_DOUBLE_NAME(code, symbol, params) #code,
       COLL_CUDA_DRIVER_FUNCTIONS(COLL_DOUBLE_NAME)
+      COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_DOUBLE_NAME)
 #undef COLL_DOUBLE_NAME
       "cuStreamBeginCapture", "cuStreamEndCapture"};
   for (const char* n : kNames) {
@@ -308,6 +348,18 @@ const HostRange* findHost(State& g, uintptr_t a) {  // memMu held
   return nullptr;
 }
 
+// The device whose work is running on this thread (a stream worker's context, a kernel run by the
+// launching thread); -1 elsewhere. VMM mappings are usable only by the devices given access.
+thread_local int tlsAccessDevice = -1;
+
+// Whether the running work may touch range `r` (memMu held): always for cuMemAlloc and IPC memory;
+// a VMM mapping needs cuMemSetAccess for the accessing device (any device, when not known).
+bool accessible(const DeviceRange& r) {
+  if (!r.vmm) return true;
+  if (tlsAccessDevice < 0 || tlsAccessDevice >= 64) return r.accessMask != 0;
+  return (r.accessMask >> tlsAccessDevice) & 1;
+}
+
 // An address an operation reads or writes: the device range kept alive while the operation uses it.
 struct Resolved {
   void* p = nullptr;
@@ -324,7 +376,7 @@ bool resolve(uintptr_t a, size_t bytes, Resolved* out) {
     return true;
   }
   std::shared_ptr<DeviceRange> r = findDevice(g, a);
-  if (!r || bytes > r->size - (a - r->base)) return false;
+  if (!r || bytes > r->size - (a - r->base) || !accessible(*r)) return false;  // an illegal address
   out->p = static_cast<char*>(r->shadow) + (a - r->base);
   out->keep = std::move(r);
   return true;
@@ -351,6 +403,7 @@ bool depsDone(const Op& op) {
 
 void workerLoop(StreamRef s) {
   State& g = *gState;
+  tlsAccessDevice = s->ctx->device;  // the context's device does this stream's work
   std::unique_lock<std::mutex> lock(g.mu);
   for (;;) {
     g.cv.wait(lock, [&] { return !s->queue.empty() || s->closing; });
@@ -519,6 +572,7 @@ const ErrorText kErrors[] = {
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
     {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
@@ -572,6 +626,8 @@ COLL_DOUBLE_EXPORT CUresult cuInit(unsigned int flags) {
   if (!g.initialized) {
     g.deviceCount = envDevices();
     if (g.deviceCount == 0) return cu::kErrorNoDevice;
+    const char* vmm = std::getenv("COLL_CUDA_DOUBLE_VMM");
+    g.vmmSupported = !(vmm != nullptr && std::strcmp(vmm, "0") == 0);
     for (int d = 0; d < g.deviceCount; ++d) {
       auto ctx = std::make_unique<Context>();
       ctx->device = d;
@@ -642,8 +698,8 @@ COLL_DOUBLE_EXPORT CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d
     case cu::kDeviceAttributePciDomainId: *pi = 0; break;
     case 75: *pi = 9; break;                                     // COMPUTE_CAPABILITY_MAJOR
     case 76: *pi = 0; break;                                     // COMPUTE_CAPABILITY_MINOR
-    case cu::kDeviceAttributeVirtualMemoryManagementSupported: *pi = 0; break;
-    case cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported: *pi = 0; break;
+    case cu::kDeviceAttributeVirtualMemoryManagementSupported:  // COLL_CUDA_DOUBLE_VMM=0: neither
+    case cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported: *pi = gState->vmmSupported ? 1 : 0; break;
     default: return cu::kErrorInvalidValue;  // not modelled (README)
   }
   return cu::kSuccess;
@@ -790,7 +846,8 @@ COLL_DOUBLE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   {
     std::lock_guard<std::mutex> lock(g.memMu);
     auto it = g.device.find(static_cast<uintptr_t>(dptr));
-    if (it == g.device.end() || it->second->imported) return cu::kErrorInvalidValue;
+    // IPC and VMM mappings are not cuMemAlloc's (cuIpcCloseMemHandle, cuMemUnmap free those).
+    if (it == g.device.end() || it->second->imported || it->second->vmm) return cu::kErrorInvalidValue;
     range = std::move(it->second);
     g.device.erase(it);
     arenaGive(g, range->base, range->mapped);
@@ -1006,6 +1063,7 @@ bool readWord(CUdeviceptr addr, uint32_t* value) {
   State& g = *gState;
   std::lock_guard<std::mutex> lock(g.memMu);  // held: cuMemFree/cuMemFreeHost cannot unmap it meanwhile
   if (auto range = findDevice(g, addr)) {
+    if (!accessible(*range)) return false;
     *value = __atomic_load_n(reinterpret_cast<uint32_t*>(static_cast<char*>(range->shadow) + (addr - range->base)),
                              __ATOMIC_ACQUIRE);
     return addr + 4 <= range->base + range->size;
@@ -1047,7 +1105,7 @@ COLL_DOUBLE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr
     {
       std::lock_guard<std::mutex> lock(g.memMu);
       if (auto range = findDevice(g, addr)) {
-        if (addr + 4 > range->base + range->size) return cu::kErrorIllegalAddress;
+        if (addr + 4 > range->base + range->size || !accessible(*range)) return cu::kErrorIllegalAddress;
         __atomic_store_n(reinterpret_cast<uint32_t*>(static_cast<char*>(range->shadow) + (addr - range->base)), value,
                          __ATOMIC_RELEASE);
       } else if (findHost(g, addr) != nullptr) {
@@ -1289,7 +1347,8 @@ COLL_DOUBLE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdevicep
   State& g = *gState;
   std::lock_guard<std::mutex> lock(g.memMu);
   auto range = findDevice(g, dptr);
-  if (!range || range->imported) return cu::kErrorInvalidValue;
+  // The driver gives no legacy handle for cuMemCreate memory (it is shared by shareable handles).
+  if (!range || range->imported || range->vmm) return cu::kErrorInvalidValue;
   IpcLayout h{};
   h.magic = kIpcMagic;
   h.ownerPid = static_cast<int32_t>(getpid());
@@ -1370,6 +1429,268 @@ COLL_DOUBLE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
     arenaGive(g, it->second->base, it->second->mapped);
     g.device.erase(it);  // unmapped once no queued operation uses it
   }
+  return cu::kSuccess;
+}
+
+// ---- virtual memory management (VMM) -------------------------------------------------------------
+//
+// cuMemCreate makes a physical allocation (a memfd, named like cuMemAlloc's); cuMemAddressReserve
+// takes a range of the device arena; cuMemMap makes [ptr, ptr + size) a DeviceRange over a fresh
+// shadow mapping of the memfd, which the rest of the double treats as device memory of the
+// allocation's device, usable by copies and kernels once cuMemSetAccess gave their device access.
+// POSIX-fd shareable handles are dups of the memfd; an importer maps the same pages.
+
+namespace {
+// The common start of the VMM functions: off with COLL_CUDA_DOUBLE_VMM=0 (set before cuInit ended).
+#define DOUBLE_ENTER_VMM(name)                                          \
+  do {                                                                  \
+    DOUBLE_ENTER(name, true);                                           \
+    if (!gState->vmmSupported) return cu::kErrorNotSupported;           \
+  } while (0)
+
+// A pinned allocation on a device: what the double models (INVALID_VALUE otherwise; the ordinal is
+// checked by the caller, which knows its error).
+bool pinnedDeviceProp(const CUmemAllocationProp* prop) {
+  return prop != nullptr && prop->type == cu::kMemAllocationTypePinned &&
+         prop->location.type == cu::kMemLocationTypeDevice;
+}
+
+// The allocation counts as device memory from its creation (or import) until it is released and
+// unmapped, as CUDA frees it then; this ends that (memMu held).
+void vmmRetire(State& g, const VmmAlloc& a) {
+  if (!a.imported) g.bytesPerDevice[a.device] -= a.size;
+  g.deviceBytes -= a.size;
+  --g.deviceAllocations;
+}
+
+// A new handle for `a` (memMu held): counted as a live allocation.
+CUmemGenericAllocationHandle vmmAdd(State& g, std::shared_ptr<VmmAlloc> a) {
+  a->handle = g.nextVmmHandle++;
+  if (!a->imported) g.bytesPerDevice[a->device] += a->size;
+  g.deviceBytes += a->size;
+  ++g.deviceAllocations;
+  const CUmemGenericAllocationHandle h = a->handle;
+  g.vmmHandles[h] = std::move(a);
+  return h;
+}
+
+// Whether any device range overlaps [a, a + n) (memMu held).
+bool overlapsDevice(State& g, uintptr_t a, size_t n) {
+  auto it = g.device.lower_bound(a + n);
+  if (it == g.device.begin()) return false;
+  --it;
+  return it->second->base + it->second->mapped > a;
+}
+
+// The reservation containing [a, a + n), or null (memMu held).
+const State::Reservation* reservationOf(State& g, uintptr_t a, size_t n) {
+  auto it = g.reservations.upper_bound(a);
+  if (it == g.reservations.begin()) return nullptr;
+  --it;
+  if (a < it->first || n > it->second.size || a - it->first > it->second.size - n) return nullptr;
+  return &it->second;
+}
+}  // namespace
+
+COLL_DOUBLE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                                         int option) {
+  DOUBLE_ENTER_VMM("cuMemGetAllocationGranularity");
+  if (granularity == nullptr || !pinnedDeviceProp(prop) || validDevice(prop->location.id) != cu::kSuccess) {
+    return cu::kErrorInvalidValue;
+  }
+  if (option != cu::kMemAllocGranularityMinimum && option != 0x1) return cu::kErrorInvalidValue;  // or RECOMMENDED
+  *granularity = kVmmGranularity;
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                       const CUmemAllocationProp* prop, unsigned long long flags) {
+  DOUBLE_ENTER_VMM("cuMemCreate");
+  if (handle == nullptr || flags != 0 || size == 0 || size % kVmmGranularity != 0 || !pinnedDeviceProp(prop)) {
+    return cu::kErrorInvalidValue;
+  }
+  if (validDevice(prop->location.id) != cu::kSuccess) return cu::kErrorInvalidDevice;
+  if (prop->requestedHandleTypes != cu::kMemHandleTypeNone &&
+      prop->requestedHandleTypes != cu::kMemHandleTypePosixFileDescriptor) {
+    return cu::kErrorInvalidValue;  // Win32 and fabric handles are not modelled
+  }
+  State& g = *gState;
+  auto a = std::make_shared<VmmAlloc>();
+  a->size = size;
+  a->device = prop->location.id;
+  a->handleTypes = prop->requestedHandleTypes;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  if (g.bytesPerDevice[a->device] + size > g.memoryLimit) return cu::kErrorOutOfMemory;
+  const std::string name =
+      kMemfdPrefix + std::string(kVmmMemfdTag) + std::to_string(a->device) + "-" + std::to_string(g.nextBufferId++);
+  a->memfd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (a->memfd < 0 || ftruncate(a->memfd, static_cast<off_t>(size)) != 0) return cu::kErrorOutOfMemory;
+  *handle = vmmAdd(g, std::move(a));
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  DOUBLE_ENTER_VMM("cuMemRelease");
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  auto it = g.vmmHandles.find(handle);
+  if (it == g.vmmHandles.end()) return cu::kErrorInvalidValue;
+  it->second->released = true;
+  if (it->second->mappings == 0) vmmRetire(g, *it->second);  // else the last cuMemUnmap frees it
+  g.vmmHandles.erase(it);
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                               unsigned long long flags) {
+  DOUBLE_ENTER_VMM("cuMemAddressReserve");
+  (void)addr;  // a hint: the double always picks the address
+  if (ptr == nullptr || flags != 0 || size == 0 || size % kVmmGranularity != 0 ||
+      (alignment & (alignment - 1)) != 0) {
+    return cu::kErrorInvalidValue;
+  }
+  const size_t align = std::max(alignment, kVmmGranularity);
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  if (!ensureArena(g)) return cu::kErrorOutOfMemory;
+  // The arena hands out page-aligned ranges: take enough to align inside it.
+  const size_t takenBytes = size + align - kPage;
+  const uintptr_t taken = arenaTake(g, takenBytes);
+  if (taken == 0) return cu::kErrorOutOfMemory;
+  const uintptr_t base = roundUp(taken, align);
+  g.reservations[base] = State::Reservation{size, taken, takenBytes};
+  *ptr = base;
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  DOUBLE_ENTER_VMM("cuMemAddressFree");
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  auto it = g.reservations.find(ptr);
+  if (it == g.reservations.end() || it->second.size != size) return cu::kErrorInvalidValue;
+  if (overlapsDevice(g, ptr, size)) return cu::kErrorInvalidValue;  // still mapped: cuMemUnmap first
+  arenaGive(g, it->second.taken, it->second.takenBytes);
+  g.reservations.erase(it);
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                    unsigned long long flags) {
+  DOUBLE_ENTER_VMM("cuMemMap");
+  if (flags != 0 || offset != 0 || size == 0 || ptr % kVmmGranularity != 0) return cu::kErrorInvalidValue;
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  auto it = g.vmmHandles.find(handle);
+  if (it == g.vmmHandles.end()) return cu::kErrorInvalidValue;
+  const std::shared_ptr<VmmAlloc>& a = it->second;
+  if (size != a->size) return cu::kErrorInvalidValue;  // partial mappings are not modelled
+  if (reservationOf(g, ptr, size) == nullptr) return cu::kErrorInvalidValue;
+  if (overlapsDevice(g, ptr, size)) return cu::kErrorAlreadyMapped;
+  void* shadow = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, a->memfd, 0);
+  if (shadow == MAP_FAILED) return cu::kErrorOutOfMemory;
+  auto range = std::make_shared<DeviceRange>();
+  range->base = ptr;
+  range->size = size;
+  range->mapped = size;
+  range->shadow = shadow;  // memfd stays -1: the VmmAlloc owns it
+  range->bufferId = g.nextBufferId++;
+  range->ctx = g.contexts[a->device].get();  // constant after cuInit
+  range->vmm = a;
+  ++a->mappings;
+  g.device[ptr] = std::move(range);
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  DOUBLE_ENTER_VMM("cuMemUnmap");
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  auto it = g.device.find(ptr);
+  if (it == g.device.end() || !it->second->vmm || it->second->size != size) return cu::kErrorInvalidValue;
+  VmmAlloc& a = *it->second->vmm;
+  if (--a.mappings == 0 && a.released) vmmRetire(g, a);
+  // Operations still queued that use it keep the shadow mapped until they finish (as cuMemFree).
+  g.device.erase(it);
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  DOUBLE_ENTER_VMM("cuMemSetAccess");
+  if (desc == nullptr || count == 0 || size == 0) return cu::kErrorInvalidValue;
+  uint64_t grant = 0, revoke = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != cu::kMemLocationTypeDevice) return cu::kErrorInvalidValue;
+    if (validDevice(desc[i].location.id) != cu::kSuccess) return cu::kErrorInvalidDevice;
+    const uint64_t bit = uint64_t{1} << desc[i].location.id;
+    if (desc[i].flags == cu::kMemAccessFlagsProtReadWrite) grant |= bit;
+    else if (desc[i].flags == 0) revoke |= bit;  // PROT_NONE
+    else return cu::kErrorInvalidValue;          // read-only access is not modelled
+  }
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  // [ptr, ptr + size) must be whole VMM mappings, back to back.
+  std::vector<DeviceRange*> ranges;
+  for (uintptr_t at = ptr; at != ptr + size;) {
+    auto it = g.device.find(at);
+    if (it == g.device.end() || !it->second->vmm || it->second->size > ptr + size - at) return cu::kErrorInvalidValue;
+    ranges.push_back(it->second.get());
+    at += it->second->size;
+  }
+  for (DeviceRange* r : ranges) r->accessMask = (r->accessMask & ~revoke) | grant;
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
+                                                        int handleType, unsigned long long flags) {
+  DOUBLE_ENTER_VMM("cuMemExportToShareableHandle");
+  if (shareableHandle == nullptr || flags != 0 || handleType != cu::kMemHandleTypePosixFileDescriptor) {
+    return cu::kErrorInvalidValue;
+  }
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  auto it = g.vmmHandles.find(handle);
+  if (it == g.vmmHandles.end()) return cu::kErrorInvalidValue;
+  // Created without asking for this handle type.
+  if ((it->second->handleTypes & cu::kMemHandleTypePosixFileDescriptor) == 0) return kNotPermitted;
+  const int fd = fcntl(it->second->memfd, F_DUPFD_CLOEXEC, 0);  // the caller's to close
+  if (fd < 0) return cu::kErrorOutOfMemory;
+  *static_cast<int*>(shareableHandle) = fd;
+  return cu::kSuccess;
+}
+
+COLL_DOUBLE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                                          int shHandleType) {
+  DOUBLE_ENTER_VMM("cuMemImportFromShareableHandle");
+  if (handle == nullptr || shHandleType != cu::kMemHandleTypePosixFileDescriptor) return cu::kErrorInvalidValue;
+  const intptr_t fdValue = reinterpret_cast<intptr_t>(osHandle);
+  if (fdValue < 0 || fdValue > INT32_MAX) return cu::kErrorInvalidValue;
+  const int fd = static_cast<int>(fdValue);
+  // One of the double's cuMemCreate memfds (from this process or another): its name tells the device.
+  const std::string fdPath = "/proc/self/fd/" + std::to_string(fd);
+  char link[256] = {};
+  const ssize_t n = readlink(fdPath.c_str(), link, sizeof(link) - 1);
+  const std::string tag = std::string("/memfd:") + kMemfdPrefix + kVmmMemfdTag;
+  if (n <= 0 || std::string(link, static_cast<size_t>(n)).rfind(tag, 0) != 0) return cu::kErrorInvalidValue;
+  int device = -1;
+  unsigned long long id = 0;
+  if (std::sscanf(link + tag.size(), "%d-%llu", &device, &id) != 2) return cu::kErrorInvalidValue;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0 || static_cast<size_t>(st.st_size) % kVmmGranularity != 0) {
+    return cu::kErrorInvalidValue;
+  }
+  // A device this process does not have ("cannot support the memory described by this handle").
+  if (validDevice(device) != cu::kSuccess) return cu::kErrorNotSupported;
+  auto a = std::make_shared<VmmAlloc>();
+  a->size = static_cast<size_t>(st.st_size);
+  a->device = device;
+  a->handleTypes = cu::kMemHandleTypePosixFileDescriptor;
+  a->imported = true;
+  a->memfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);  // its own: the caller may close `fd` at once
+  if (a->memfd < 0) return cu::kErrorOutOfMemory;
+  State& g = *gState;
+  std::lock_guard<std::mutex> lock(g.memMu);
+  *handle = vmmAdd(g, std::move(a));
   return cu::kSuccess;
 }
 
@@ -1495,7 +1816,10 @@ COLL_DOUBLE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, 
   g.cv.wait(lock, [&] { return gate->reached || s->ctx->sticky != cu::kSuccess; });
   if (!gate->reached) return s->ctx->sticky;
   lock.unlock();
+  const int accessDevice = tlsAccessDevice;
+  tlsAccessDevice = s->ctx->device;  // run here on the stream's behalf
   const CUresult r = runKernel(kernel, dims, kernelParams);
+  tlsAccessDevice = accessDevice;
   lock.lock();
   gate->result = r;
   gate->done = true;

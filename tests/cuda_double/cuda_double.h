@@ -30,15 +30,16 @@ CUresult collCudaDoubleInjectError(const char* function, int count, CUresult res
 // Clears every pending injection.
 void collCudaDoubleClearInjectedErrors(void);
 
-// Device memory of this process: bytes (as asked, summed) and allocations live from cuMemAlloc
-// (IPC mappings opened with cuIpcOpenMemHandle not included). At the end of a test, both 0 means
-// nothing leaked.
+// Device memory of this process: bytes (as asked, summed) and allocations live from cuMemAlloc, and
+// VMM allocations from cuMemCreate or cuMemImportFromShareableHandle, each live until it has been
+// released (cuMemRelease) and is no longer mapped (cuMemUnmap), as CUDA frees it then. IPC mappings
+// opened with cuIpcOpenMemHandle are not included. At the end of a test, both 0 means nothing leaked.
 size_t collCudaDoubleDeviceBytesAllocated(void);
 int collCudaDoubleDeviceAllocations(void);
 // Pinned host memory live from cuMemHostAlloc (bytes as asked) and ranges live from cuMemHostRegister.
 size_t collCudaDoubleHostBytesAllocated(void);
 int collCudaDoubleHostRegistrations(void);
-// cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY past this many live bytes per device (default
+// cuMemAlloc and cuMemCreate fail with CUDA_ERROR_OUT_OF_MEMORY past this many live bytes per device (default
 // 16 GiB; the bytes themselves are only used when written).
 void collCudaDoubleSetDeviceMemoryLimit(size_t bytes);
 

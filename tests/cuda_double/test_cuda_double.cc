@@ -1,8 +1,12 @@
 // Tests of the CUDA driver test double (not a GPU): loaded as the library loads the driver (dlopen
 // by path, the symbols of COLL_CUDA_DRIVER_FUNCTIONS by their exported names), checked against what
-// the real driver does. The binary is also the IPC child process (--ipc-child, --ipc-export).
+// the real driver does. The binary is also the IPC child process (--ipc-child, --ipc-export,
+// --vmm-child, --vmm-off).
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 struct Driver {
 #define COLL_TEST_MEMBER(name, symbol, params) CUresult(*name) params = nullptr;
   COLL_CUDA_DRIVER_FUNCTIONS(COLL_TEST_MEMBER)
+  COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_TEST_MEMBER)
 #undef COLL_TEST_MEMBER
   CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
@@ -61,6 +66,7 @@ Driver* loadDriver() {
     }
 #define COLL_TEST_RESOLVE(name, symbol, params) resolve(h, &drv->name, symbol, &drv->missing);
     COLL_CUDA_DRIVER_FUNCTIONS(COLL_TEST_RESOLVE)
+    COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_TEST_RESOLVE)  // the double has them all
 #undef COLL_TEST_RESOLVE
     resolve(h, &drv->cuStreamBeginCapture, "cuStreamBeginCapture_v2", &drv->missing);
     resolve(h, &drv->cuStreamEndCapture, "cuStreamEndCapture", &drv->missing);
@@ -136,7 +142,7 @@ TEST_F(CudaDouble, IdentifiesItselfAndReportsDevices) {
   EXPECT_EQ(d_->cuDeviceGetAttribute(&uva, cu::kDeviceAttributeUnifiedAddressing, 0), cu::kSuccess);
   EXPECT_EQ(uva, 1);
   EXPECT_EQ(d_->cuDeviceGetAttribute(&vmm, cu::kDeviceAttributeVirtualMemoryManagementSupported, 0), cu::kSuccess);
-  EXPECT_EQ(vmm, 0);
+  EXPECT_EQ(vmm, 1);  // COLL_CUDA_DOUBLE_VMM unset
   char bus[32];
   EXPECT_EQ(d_->cuDeviceGetPCIBusId(bus, sizeof(bus), 1), cu::kSuccess);
   char expected[32];
@@ -715,12 +721,428 @@ int ipcExport() {
   return 0;
 }
 
+// ---- virtual memory management (VMM) ------------------------------------------------------------------
+
+constexpr size_t kGranularity = size_t{2} << 20;
+
+CUmemAllocationProp vmmProp(int device, int handleTypes = cu::kMemHandleTypeNone) {
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof(prop));
+  prop.type = cu::kMemAllocationTypePinned;
+  prop.requestedHandleTypes = handleTypes;
+  prop.location.type = cu::kMemLocationTypeDevice;
+  prop.location.id = device;
+  return prop;
+}
+
+CUmemAccessDesc readWrite(int device) {
+  CUmemAccessDesc desc;
+  desc.location.type = cu::kMemLocationTypeDevice;
+  desc.location.id = device;
+  desc.flags = cu::kMemAccessFlagsProtReadWrite;
+  return desc;
+}
+
+// Reserves `size` bytes of addresses and maps `handle` (of that size) at their start. 0 on failure.
+CUdeviceptr reserveAndMap(Driver* d, CUmemGenericAllocationHandle handle, size_t size, size_t reserve = 0) {
+  CUdeviceptr va = 0;
+  if (d->cuMemAddressReserve(&va, reserve ? reserve : size, 0, 0, 0) != cu::kSuccess) return 0;
+  if (d->cuMemMap(va, size, 0, handle, 0) != cu::kSuccess) return 0;
+  return va;
+}
+
+// Copies `n` bytes between host and device on stream `s` and waits: the synchronize result.
+CUresult copyAndWait(Driver* d, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  const CUresult r = d->cuMemcpyAsync(dst, src, n, s);
+  return r != cu::kSuccess ? r : d->cuStreamSynchronize(s);
+}
+
+TEST_F(CudaDouble, VmmGranularityAndSupport) {
+  int vmm = 0, posix = 0;
+  EXPECT_EQ(d_->cuDeviceGetAttribute(&vmm, cu::kDeviceAttributeVirtualMemoryManagementSupported, 1), cu::kSuccess);
+  EXPECT_EQ(d_->cuDeviceGetAttribute(&posix, cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported, 1),
+            cu::kSuccess);
+  EXPECT_EQ(vmm, 1);
+  EXPECT_EQ(posix, 1);
+  CUmemAllocationProp prop = vmmProp(1);
+  size_t g = 0;
+  EXPECT_EQ(d_->cuMemGetAllocationGranularity(&g, &prop, cu::kMemAllocGranularityMinimum), cu::kSuccess);
+  EXPECT_EQ(g, kGranularity);
+  g = 0;
+  EXPECT_EQ(d_->cuMemGetAllocationGranularity(&g, &prop, 1 /* RECOMMENDED */), cu::kSuccess);
+  EXPECT_EQ(g, kGranularity);
+  prop.location.id = 2;  // no such device
+  EXPECT_EQ(d_->cuMemGetAllocationGranularity(&g, &prop, 0), cu::kErrorInvalidValue);
+  prop = vmmProp(0);
+  prop.type = 0;
+  EXPECT_EQ(d_->cuMemGetAllocationGranularity(&g, &prop, 0), cu::kErrorInvalidValue);
+
+  // cuMemCreate's checks, and injection by name.
+  CUmemGenericAllocationHandle h = 0;
+  prop = vmmProp(0);
+  EXPECT_EQ(d_->cuMemCreate(&h, kGranularity + 4096, &prop, 0), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemCreate(&h, 0, &prop, 0), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 1), cu::kErrorInvalidValue);
+  CUmemAllocationProp bad = vmmProp(5);
+  EXPECT_EQ(d_->cuMemCreate(&h, kGranularity, &bad, 0), cu::kErrorInvalidDevice);
+  ASSERT_EQ(d_->inject("cuMemCreate", 1, cu::kErrorOutOfMemory), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kErrorOutOfMemory);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_);
+  ASSERT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kSuccess);
+  EXPECT_NE(h, 0u);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_ + 1);
+  EXPECT_EQ(d_->deviceBytes(), bytesAtStart_ + kGranularity);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemRelease(12345), cu::kErrorInvalidValue);
+}
+
+TEST_F(CudaDouble, VmmMappedMemoryIsDeviceMemory) {
+  const CUmemAllocationProp prop = vmmProp(1);  // on device 1, used from device 0's context too
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kSuccess);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(d_->cuMemAddressReserve(&va, 2 * kGranularity, 0, 0, 0), cu::kSuccess);
+  EXPECT_EQ(va % kGranularity, 0u);
+  EXPECT_EQ(d_->cuMemMap(va, kGranularity / 2, 0, h, 0), cu::kErrorInvalidValue);  // not the whole allocation
+  EXPECT_EQ(d_->cuMemMap(va, kGranularity, kGranularity, h, 0), cu::kErrorInvalidValue);  // offset
+  EXPECT_EQ(d_->cuMemMap(va + 2 * kGranularity, kGranularity, 0, h, 0), cu::kErrorInvalidValue);  // outside
+  const CUdeviceptr at = va + kGranularity;  // the second half of the reservation
+  ASSERT_EQ(d_->cuMemMap(at, kGranularity, 0, h, 0), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemMap(at, kGranularity, 0, h, 0), cu::kErrorAlreadyMapped);
+  const CUmemAccessDesc access[] = {readWrite(0), readWrite(1)};
+  EXPECT_EQ(d_->cuMemSetAccess(va, 2 * kGranularity, access, 2), cu::kErrorInvalidValue);  // half unmapped
+  CUmemAccessDesc noDevice = readWrite(7);
+  EXPECT_EQ(d_->cuMemSetAccess(at, kGranularity, &noDevice, 1), cu::kErrorInvalidDevice);
+  ASSERT_EQ(d_->cuMemSetAccess(at, kGranularity, access, 2), cu::kSuccess);
+
+  CUstream s = newStream();
+  std::vector<uint8_t> in(kGranularity - 100), out(in.size(), 0);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+  ASSERT_EQ(copyAndWait(d_, at + 100, dev(in.data()), in.size(), s), cu::kSuccess);
+  ASSERT_EQ(copyAndWait(d_, dev(out.data()), at + 100, out.size(), s), cu::kSuccess);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(static_cast<uint8_t*>(d_->shadow(at + 100))[5], in[5]);
+
+  Attributes a;
+  ASSERT_EQ(attributesOf(d_, at + 4096, &a), cu::kSuccess);
+  EXPECT_EQ(a.memType, cu::kMemoryTypeDevice);
+  EXPECT_EQ(a.ordinal, 1);
+  EXPECT_EQ(a.devicePointer, at + 4096);
+  EXPECT_EQ(a.rangeStart, at);
+  EXPECT_EQ(a.rangeSize, kGranularity);
+  EXPECT_NE(a.bufferId, 0u);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  EXPECT_EQ(d_->cuMemGetAddressRange(&base, &size, at + kGranularity - 1), cu::kSuccess);
+  EXPECT_EQ(base, at);
+  EXPECT_EQ(size, kGranularity);
+  ASSERT_EQ(attributesOf(d_, va, &a), cu::kSuccess);  // reserved, not mapped
+  EXPECT_EQ(a.memType, 0u);
+
+  EXPECT_EQ(d_->cuMemFree(at), cu::kErrorInvalidValue);  // not cuMemAlloc's
+  CUipcMemHandle ipc;
+  EXPECT_EQ(d_->cuIpcGetMemHandle(&ipc, at), cu::kErrorInvalidValue) << "no legacy IPC for cuMemCreate memory";
+  EXPECT_EQ(d_->cuMemUnmap(at, kGranularity / 2), cu::kErrorInvalidValue);  // part of a mapping
+  EXPECT_EQ(d_->cuMemUnmap(at, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemUnmap(at, kGranularity), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(va, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
+TEST_F(CudaDouble, VmmAccessNeedsSetAccessForTheDevice) {
+  const CUmemAllocationProp prop = vmmProp(0);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kSuccess);
+  const CUdeviceptr va = reserveAndMap(d_, h, kGranularity);
+  ASSERT_NE(va, 0u);
+  CUstream s = newStream();  // device 0's
+  std::vector<uint8_t> in(4096, 0x5a);
+  // Mapped without access: the copy faults when it runs, as an invalid address does.
+  EXPECT_EQ(copyAndWait(d_, va, dev(in.data()), in.size(), s), cu::kErrorIllegalAddress);
+  d_->clearSticky();
+  // Access for device 1 only: device 0's stream still faults.
+  const CUmemAccessDesc one = readWrite(1);
+  ASSERT_EQ(d_->cuMemSetAccess(va, kGranularity, &one, 1), cu::kSuccess);
+  EXPECT_EQ(copyAndWait(d_, va, dev(in.data()), in.size(), s), cu::kErrorIllegalAddress);
+  d_->clearSticky();
+  const CUmemAccessDesc zero = readWrite(0);
+  ASSERT_EQ(d_->cuMemSetAccess(va, kGranularity, &zero, 1), cu::kSuccess);
+  EXPECT_EQ(copyAndWait(d_, va, dev(in.data()), in.size(), s), cu::kSuccess);
+  CUmemAccessDesc revoke = readWrite(0);
+  revoke.flags = 0;  // PROT_NONE
+  ASSERT_EQ(d_->cuMemSetAccess(va, kGranularity, &revoke, 1), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemsetD8Async(va, 0, 16, s), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamSynchronize(s), cu::kErrorIllegalAddress);
+  d_->clearSticky();
+  EXPECT_EQ(d_->cuStreamSynchronize(s), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemUnmap(va, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(va, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
+TEST_F(CudaDouble, VmmReleasedAllocationLivesWhileMapped) {
+  const CUmemAllocationProp prop = vmmProp(0);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kSuccess);
+  const CUdeviceptr va = reserveAndMap(d_, h, kGranularity);
+  ASSERT_NE(va, 0u);
+  const CUmemAccessDesc access = readWrite(0);
+  ASSERT_EQ(d_->cuMemSetAccess(va, kGranularity, &access, 1), cu::kSuccess);
+  CUstream s = newStream();
+  ASSERT_EQ(d_->cuMemsetD8Async(va, 0x6b, kGranularity, s), cu::kSuccess);
+  ASSERT_EQ(d_->cuStreamSynchronize(s), cu::kSuccess);
+  ASSERT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_ + 1) << "released but mapped: still allocated";
+  EXPECT_EQ(d_->deviceBytes(), bytesAtStart_ + kGranularity);
+  EXPECT_EQ(d_->cuMemMap(va, kGranularity, 0, h, 0), cu::kErrorInvalidValue);  // the handle is gone
+  std::vector<uint8_t> out(kGranularity, 0);
+  ASSERT_EQ(copyAndWait(d_, dev(out.data()), va, out.size(), s), cu::kSuccess);
+  EXPECT_EQ(out, std::vector<uint8_t>(kGranularity, 0x6b));
+  ASSERT_EQ(d_->cuMemUnmap(va, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_);
+  EXPECT_EQ(d_->deviceBytes(), bytesAtStart_);
+  EXPECT_EQ(copyAndWait(d_, dev(out.data()), va, 16, s), cu::kErrorIllegalAddress);  // reserved, unmapped
+  d_->clearSticky();
+  EXPECT_EQ(d_->cuMemAddressFree(va, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
+TEST_F(CudaDouble, VmmAddressFreeNeedsTheWholeUnmappedReservation) {
+  const CUmemAllocationProp prop = vmmProp(0);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, kGranularity, &prop, 0), cu::kSuccess);
+  const CUdeviceptr va = reserveAndMap(d_, h, kGranularity, 2 * kGranularity);
+  ASSERT_NE(va, 0u);
+  const CUdeviceptr p = alloc(100);  // cuMemAlloc never lands in a reservation
+  EXPECT_TRUE(p + 100 <= va || p >= va + 2 * kGranularity);
+  EXPECT_EQ(d_->cuMemAddressFree(va, 2 * kGranularity), cu::kErrorInvalidValue) << "still mapped";
+  EXPECT_EQ(d_->cuMemUnmap(va, kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(va, kGranularity), cu::kErrorInvalidValue);  // not the reserved size
+  EXPECT_EQ(d_->cuMemAddressFree(va + kGranularity, kGranularity), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemAddressFree(va, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(va, 2 * kGranularity), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemMap(va, kGranularity, 0, h, 0), cu::kErrorInvalidValue);  // no longer reserved
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemFree(p), cu::kSuccess);
+}
+
+TEST_F(CudaDouble, VmmExportImportInOneProcess) {
+  const CUmemAllocationProp prop = vmmProp(0, cu::kMemHandleTypePosixFileDescriptor);
+  CUmemGenericAllocationHandle h = 0, imported = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, 2 * kGranularity, &prop, 0), cu::kSuccess);
+  int fd = -1;
+  EXPECT_EQ(d_->cuMemExportToShareableHandle(&fd, h, cu::kMemHandleTypeNone, 0), cu::kErrorInvalidValue);
+  ASSERT_EQ(d_->cuMemExportToShareableHandle(&fd, h, cu::kMemHandleTypePosixFileDescriptor, 0), cu::kSuccess);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+  ASSERT_EQ(d_->cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                               cu::kMemHandleTypePosixFileDescriptor),
+            cu::kSuccess);
+  EXPECT_EQ(close(fd), 0);  // the imported handle keeps its own
+  EXPECT_NE(imported, h);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_ + 2) << "an imported handle is released too";
+
+  const CUdeviceptr a = reserveAndMap(d_, h, 2 * kGranularity);
+  const CUdeviceptr b = reserveAndMap(d_, imported, 2 * kGranularity);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  const CUmemAccessDesc access = readWrite(0);
+  ASSERT_EQ(d_->cuMemSetAccess(a, 2 * kGranularity, &access, 1), cu::kSuccess);
+  ASSERT_EQ(d_->cuMemSetAccess(b, 2 * kGranularity, &access, 1), cu::kSuccess);
+  CUstream s = newStream();
+  std::vector<uint8_t> in(1000), out(1000, 0);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i ^ 0x93);
+  ASSERT_EQ(copyAndWait(d_, a + kGranularity + 5, dev(in.data()), in.size(), s), cu::kSuccess);
+  ASSERT_EQ(copyAndWait(d_, dev(out.data()), b + kGranularity + 5, out.size(), s), cu::kSuccess);
+  EXPECT_EQ(out, in) << "both handles are the same memory";
+
+  // An allocation created without the POSIX handle type cannot be exported.
+  const CUmemAllocationProp plain = vmmProp(0);
+  CUmemGenericAllocationHandle p = 0;
+  ASSERT_EQ(d_->cuMemCreate(&p, kGranularity, &plain, 0), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemExportToShareableHandle(&fd, p, cu::kMemHandleTypePosixFileDescriptor, 0), 800)
+      << "CUDA_ERROR_NOT_PERMITTED";
+  EXPECT_EQ(d_->cuMemRelease(p), cu::kSuccess);
+
+  EXPECT_EQ(d_->cuMemUnmap(a, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemUnmap(b, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(a, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(b, 2 * kGranularity), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemRelease(imported), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
+TEST_F(CudaDouble, VmmImportOfAForeignFdIsRefused) {
+  CUmemGenericAllocationHandle h = 0;
+  auto asHandle = [](int fd) { return reinterpret_cast<void*>(static_cast<intptr_t>(fd)); };
+  const int posix = cu::kMemHandleTypePosixFileDescriptor;
+  EXPECT_EQ(d_->cuMemImportFromShareableHandle(&h, asHandle(-1), posix), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->cuMemImportFromShareableHandle(&h, asHandle(987654), posix), cu::kErrorInvalidValue);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  EXPECT_EQ(d_->cuMemImportFromShareableHandle(&h, asHandle(fds[0]), posix), cu::kErrorInvalidValue);
+  close(fds[0]);
+  close(fds[1]);
+  // A memfd of the right size, but not the double's.
+  const int other = memfd_create("not-the-double", MFD_CLOEXEC);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(ftruncate(other, static_cast<off_t>(kGranularity)), 0);
+  EXPECT_EQ(d_->cuMemImportFromShareableHandle(&h, asHandle(other), posix), cu::kErrorInvalidValue);
+  close(other);
+  // The double's, with a handle type it was not exported as.
+  const CUmemAllocationProp prop = vmmProp(0, posix);
+  CUmemGenericAllocationHandle created = 0;
+  ASSERT_EQ(d_->cuMemCreate(&created, kGranularity, &prop, 0), cu::kSuccess);
+  int fd = -1;
+  ASSERT_EQ(d_->cuMemExportToShareableHandle(&fd, created, posix, 0), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemImportFromShareableHandle(&h, asHandle(fd), cu::kMemHandleTypeNone), cu::kErrorInvalidValue);
+  EXPECT_EQ(d_->deviceAllocations(), allocationsAtStart_ + 1);
+  close(fd);
+  EXPECT_EQ(d_->cuMemRelease(created), cu::kSuccess);
+}
+
+// Passes `fd` over Unix socket `sock` (SCM_RIGHTS), with `value` as the payload.
+bool sendFd(int sock, int fd, uint64_t value) {
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{&value, sizeof(value)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return sendmsg(sock, &msg, 0) == static_cast<ssize_t>(sizeof(value));
+}
+
+int receiveFd(int sock, uint64_t* value) {
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{value, sizeof(*value)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof(*value))) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
+}
+
+TEST_F(CudaDouble, VmmShareableFdAcrossProcesses) {
+  const size_t n = 2 * kGranularity;
+  const CUmemAllocationProp prop = vmmProp(0, cu::kMemHandleTypePosixFileDescriptor);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d_->cuMemCreate(&h, n, &prop, 0), cu::kSuccess);
+  const CUdeviceptr va = reserveAndMap(d_, h, n);
+  ASSERT_NE(va, 0u);
+  const CUmemAccessDesc access = readWrite(0);
+  ASSERT_EQ(d_->cuMemSetAccess(va, n, &access, 1), cu::kSuccess);
+  CUstream s = newStream();
+  ASSERT_EQ(d_->cuMemsetD8Async(va, 0x33, n, s), cu::kSuccess);
+  ASSERT_EQ(d_->cuStreamSynchronize(s), cu::kSuccess);
+
+  // The fd travels in a message queued on the child's socket before the child starts.
+  int fd = -1;
+  ASSERT_EQ(d_->cuMemExportToShareableHandle(&fd, h, cu::kMemHandleTypePosixFileDescriptor, 0), cu::kSuccess);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);  // sv[1] is inherited by the child
+  ASSERT_TRUE(sendFd(sv[0], fd, n));
+  close(fd);
+  // The child reads 0x33, writes 0x44 into the first half through its own mapping.
+  EXPECT_EQ(runSelf({"--vmm-child", std::to_string(sv[1])}), 0);
+  close(sv[0]);
+  close(sv[1]);
+  std::vector<uint8_t> out(n, 0);
+  ASSERT_EQ(copyAndWait(d_, dev(out.data()), va, n, s), cu::kSuccess);
+  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + n / 2), std::vector<uint8_t>(n / 2, 0x44));
+  EXPECT_EQ(std::vector<uint8_t>(out.begin() + n / 2, out.end()), std::vector<uint8_t>(n / 2, 0x33));
+
+  EXPECT_EQ(d_->cuMemUnmap(va, n), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemAddressFree(va, n), cu::kSuccess);
+  EXPECT_EQ(d_->cuMemRelease(h), cu::kSuccess);
+  EXPECT_EQ(d_->cuStreamDestroy(s), cu::kSuccess);
+}
+
+// Child of VmmShareableFdAcrossProcesses: receives the fd, imports and maps it, checks and writes.
+int vmmChild(int sock) {
+  uint64_t n = 0;
+  const int fd = receiveFd(sock, &n);
+  if (fd < 0 || n == 0) return 10;
+  Driver* d = loadDriver();
+  CUcontext ctx = nullptr;
+  if (!d->missing.empty() || d->cuInit(0) != 0 || d->cuDevicePrimaryCtxRetain(&ctx, 0) != 0 ||
+      d->cuCtxSetCurrent(ctx) != 0) {
+    return 11;
+  }
+  CUmemGenericAllocationHandle h = 0;
+  if (d->cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                        cu::kMemHandleTypePosixFileDescriptor) != 0) {
+    return 12;
+  }
+  close(fd);
+  if (d->deviceAllocations() != 1) return 13;
+  const CUdeviceptr va = reserveAndMap(d, h, n);
+  if (va == 0) return 14;
+  const CUmemAccessDesc access = readWrite(0);
+  if (d->cuMemSetAccess(va, n, &access, 1) != 0) return 15;
+  std::vector<uint8_t> buf(n, 0);
+  if (copyAndWait(d, dev(buf.data()), va, n, nullptr) != 0) return 16;
+  if (buf != std::vector<uint8_t>(n, 0x33)) return 17;
+  if (d->cuMemsetD8Async(va, 0x44, n / 2, nullptr) != 0 || d->cuStreamSynchronize(nullptr) != 0) return 18;
+  if (d->cuMemUnmap(va, n) != 0 || d->cuMemAddressFree(va, n) != 0 || d->cuMemRelease(h) != 0) return 19;
+  if (d->deviceAllocations() != 0 || d->deviceBytes() != 0) return 20;
+  return 0;
+}
+
+TEST_F(CudaDouble, VmmOffWithTheEnvironmentKnob) {
+  EXPECT_EQ(runSelf({"--vmm-off"}), 0);  // the double reads COLL_CUDA_DOUBLE_VMM at cuInit: a new process
+}
+
+// Child of VmmOffWithTheEnvironmentKnob: COLL_CUDA_DOUBLE_VMM=0.
+int vmmOff() {
+  setenv("COLL_CUDA_DOUBLE_VMM", "0", 1);
+  Driver* d = loadDriver();
+  CUcontext ctx = nullptr;
+  if (!d->missing.empty() || d->cuInit(0) != 0 || d->cuDevicePrimaryCtxRetain(&ctx, 0) != 0 ||
+      d->cuCtxSetCurrent(ctx) != 0) {
+    return 10;
+  }
+  int vmm = -1, posix = -1;
+  if (d->cuDeviceGetAttribute(&vmm, cu::kDeviceAttributeVirtualMemoryManagementSupported, 0) != 0 || vmm != 0) {
+    return 11;
+  }
+  if (d->cuDeviceGetAttribute(&posix, cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported, 0) != 0 ||
+      posix != 0) {
+    return 12;
+  }
+  const CUmemAllocationProp prop = vmmProp(0);
+  CUmemGenericAllocationHandle h = 0;
+  size_t g = 0;
+  CUdeviceptr va = 0;
+  if (d->cuMemCreate(&h, kGranularity, &prop, 0) != cu::kErrorNotSupported) return 13;
+  if (d->cuMemGetAllocationGranularity(&g, &prop, 0) != cu::kErrorNotSupported) return 14;
+  if (d->cuMemAddressReserve(&va, kGranularity, 0, 0, 0) != cu::kErrorNotSupported) return 15;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 1);
   if (argc == 4 && std::strcmp(argv[1], "--ipc-child") == 0) return ipcChild(argv[2], std::strtoull(argv[3], nullptr, 10));
   if (argc == 2 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport();
+  if (argc == 3 && std::strcmp(argv[1], "--vmm-child") == 0) return vmmChild(std::atoi(argv[2]));
+  if (argc == 2 && std::strcmp(argv[1], "--vmm-off") == 0) return vmmOff();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -688,8 +688,9 @@ bool unhex(const std::string& s, void* p, size_t n) {
 }
 
 // Runs this binary as `n` ranks (GpuIpcChild.Rank), each with one device (0) of the double; all
-// must pass within the time limit. `failOpenRank` >= 0: that rank's cuIpcOpenMemHandle fails.
-void runProcesses(int n, int failOpenRank = -1) {
+// must pass within the time limit. `failOpenRank` >= 0: that rank's first mapping of a peer's
+// scratch fails. `handle`: COLL_GPU_IPC_HANDLE for every rank (nullptr: the default, auto).
+void runProcesses(int n, int failOpenRank = -1, const char* handle = nullptr) {
   collUniqueId id;
   ASSERT_EQ(collGetUniqueId(&id), collSuccess);
   const std::string self = [] {
@@ -709,6 +710,7 @@ void runProcesses(int n, int failOpenRank = -1) {
     env.push_back("COLL_IPC_TEST_ID=" + hex(&id, sizeof id));
     env.push_back("COLL_TIMEOUT=60");
     if (failOpenRank >= 0) env.push_back("COLL_IPC_TEST_FAIL_OPEN_RANK=" + std::to_string(failOpenRank));
+    if (handle != nullptr) env.push_back(std::string("COLL_GPU_IPC_HANDLE=") + handle);
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -743,6 +745,11 @@ void runProcesses(int n, int failOpenRank = -1) {
 
 TEST(GpuIpc, TwoProcessesShareDevice0) { runProcesses(2); }
 TEST(GpuIpc, FourProcessesShareDevice0) { runProcesses(4); }
+// Each way of sharing the scratch on its own: cuMem allocations passed as POSIX file descriptors
+// over abstract Unix sockets (fd: setting up fails, and every call stages, if they cannot be), and
+// legacy IPC handles.
+TEST(GpuIpc, ThreeProcessesShareByFileDescriptor) { runProcesses(3, -1, "fd"); }
+TEST(GpuIpc, ThreeProcessesShareByLegacyHandle) { runProcesses(3, -1, "legacy"); }
 // One rank failing to open a peer's handle: every rank stages (they agree), with right results.
 TEST(GpuIpc, AFailedOpenOnOneRankMakesEveryRankStage) { runProcesses(3, 1); }
 
@@ -766,7 +773,9 @@ TEST(GpuIpcChild, Rank) {
     ASSERT_NE(handle, nullptr);
     auto inject = reinterpret_cast<CUresult (*)(const char*, int, CUresult)>(dlsym(handle, "collCudaDoubleInjectError"));
     ASSERT_NE(inject, nullptr);
+    // Whichever way the scratch is shared (legacy handle or file descriptor).
     ASSERT_EQ(inject("cuIpcOpenMemHandle", 1, cu::kErrorMapFailed), 0);
+    ASSERT_EQ(inject("cuMemImportFromShareableHandle", 1, cu::kErrorInvalidValue), 0);
   }
   const uint64_t before = deviceIpcCollectives();
   uint64_t calls = 0;
