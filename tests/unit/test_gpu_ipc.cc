@@ -690,7 +690,9 @@ bool unhex(const std::string& s, void* p, size_t n) {
 // Runs this binary as `n` ranks (GpuIpcChild.Rank), each with one device (0) of the double; all
 // must pass within the time limit. `failOpenRank` >= 0: that rank's first mapping of a peer's
 // scratch fails. `handle`: COLL_GPU_IPC_HANDLE for every rank (nullptr: the default, auto).
-void runProcesses(int n, int failOpenRank = -1, const char* handle = nullptr) {
+// `failRegisteredRank` >= 0: that rank cannot open any peer's legacy IPC handle (the scratch must
+// then be shared by file descriptor), so no registered buffer can be mapped there.
+void runProcesses(int n, int failOpenRank = -1, const char* handle = nullptr, int failRegisteredRank = -1) {
   collUniqueId id;
   ASSERT_EQ(collGetUniqueId(&id), collSuccess);
   const std::string self = [] {
@@ -711,6 +713,9 @@ void runProcesses(int n, int failOpenRank = -1, const char* handle = nullptr) {
     env.push_back("COLL_TIMEOUT=60");
     if (failOpenRank >= 0) env.push_back("COLL_IPC_TEST_FAIL_OPEN_RANK=" + std::to_string(failOpenRank));
     if (handle != nullptr) env.push_back(std::string("COLL_GPU_IPC_HANDLE=") + handle);
+    if (failRegisteredRank >= 0) {
+      env.push_back("COLL_IPC_TEST_FAIL_REGISTERED_RANK=" + std::to_string(failRegisteredRank));
+    }
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -750,6 +755,9 @@ TEST(GpuIpc, FourProcessesShareDevice0) { runProcesses(4); }
 // legacy IPC handles.
 TEST(GpuIpc, ThreeProcessesShareByFileDescriptor) { runProcesses(3, -1, "fd"); }
 TEST(GpuIpc, ThreeProcessesShareByLegacyHandle) { runProcesses(3, -1, "legacy"); }
+// One rank unable to map its peers' registered buffers: every rank agrees to take the scratch for
+// those calls (right results, none counted as registered).
+TEST(GpuIpc, AFailedRegisteredOpenMakesEveryRankUseTheScratch) { runProcesses(3, -1, "fd", 1); }
 // One rank failing to open a peer's handle: every rank stages (they agree), with right results.
 TEST(GpuIpc, AFailedOpenOnOneRankMakesEveryRankStage) { runProcesses(3, 1); }
 
@@ -776,6 +784,15 @@ TEST(GpuIpcChild, Rank) {
     // Whichever way the scratch is shared (legacy handle or file descriptor).
     ASSERT_EQ(inject("cuIpcOpenMemHandle", 1, cu::kErrorMapFailed), 0);
     ASSERT_EQ(inject("cuMemImportFromShareableHandle", 1, cu::kErrorInvalidValue), 0);
+  }
+  const char* failRegistered = getenv("COLL_IPC_TEST_FAIL_REGISTERED_RANK");
+  const bool registeredExpected = ipcExpected && failRegistered == nullptr;
+  if (failRegistered != nullptr && atoi(failRegistered) == rank) {
+    void* handle = dlopen(COLL_CUDA_DOUBLE_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(handle, nullptr);
+    auto inject = reinterpret_cast<CUresult (*)(const char*, int, CUresult)>(dlsym(handle, "collCudaDoubleInjectError"));
+    ASSERT_NE(inject, nullptr);
+    ASSERT_EQ(inject("cuIpcOpenMemHandle", 1 << 20, cu::kErrorMapFailed), 0);
   }
   const uint64_t before = deviceIpcCollectives();
   uint64_t calls = 0;
@@ -848,7 +865,7 @@ TEST(GpuIpcChild, Rank) {
           << "registered, rank " << rank << " of " << n << (inPlace ? " in place" : "") << ": " << first;
     }
     EXPECT_EQ(collCommDeregister(comm, handle), collSuccess);
-    EXPECT_EQ(deviceIpcRegisteredCollectives() - inPlaceBefore, ipcExpected ? 2u : 0u)
+    EXPECT_EQ(deviceIpcRegisteredCollectives() - inPlaceBefore, registeredExpected ? 2u : 0u)
         << "registered buffers across processes run in place";
   }
   {
@@ -865,7 +882,7 @@ TEST(GpuIpcChild, Rank) {
         ++calls;
       }
     }
-    EXPECT_EQ(deviceIpcRegisteredCollectives() - registeredBefore, ipcExpected ? 4u : 0u)
+    EXPECT_EQ(deviceIpcRegisteredCollectives() - registeredBefore, registeredExpected ? 4u : 0u)
         << "registered buffers of the other collectives across processes";
   }
   collResult_t err = collSuccess;
