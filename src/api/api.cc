@@ -821,7 +821,7 @@ collResult_t collCommRegister(const collComm_t comm, void* buff, size_t size, vo
   if (!s.ok()) return report(s.withContext("collCommRegister"), c->rank());
   BufferRegistry::Entry e;
   e.begin = reinterpret_cast<uintptr_t>(buff), e.size = size, e.kind = info.kind;
-  e.allocationBegin = info.rangeStart, e.allocationSize = info.rangeSize;
+  e.allocationBegin = info.rangeStart;
   *handle = c->registry().add(e);
   return collSuccess;
 }

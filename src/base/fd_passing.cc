@@ -24,43 +24,43 @@ Status abstractAddress(const std::string& name, sockaddr_un* addr, socklen_t* le
   return okStatus();
 }
 
-Status systemError(const char* what) {
-  return makeError(collSystemError, "%s: %s", what, strerror(errno));
-}
+Status systemError(const char* what) { return makeError(collSystemError, "%s: %s", what, strerror(errno)); }
 
 }  // namespace
 
-FdListener::~FdListener() {
+void UniqueFd::reset(int fd) {
   if (fd_ >= 0) close(fd_);
+  fd_ = fd;
 }
 
 Status FdListener::listen(const std::string& name, int backlog) {
   sockaddr_un addr;
   socklen_t len = 0;
   COLL_TRY(abstractAddress(name, &addr, &len));
-  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd_ < 0) return systemError("socket(AF_UNIX)");
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0) return systemError("bind (abstract unix socket)");
-  if (::listen(fd_, backlog) != 0) return systemError("listen (abstract unix socket)");
+  socket_.reset(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!socket_.valid()) return systemError("socket(AF_UNIX)");
+  if (bind(socket_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+    return systemError("bind (abstract unix socket)");
+  if (::listen(socket_.get(), backlog) != 0) return systemError("listen (abstract unix socket)");
   return okStatus();
 }
 
-Status FdListener::receive(void* header, size_t bytes, int* fd, pid_t* senderPid, Deadline deadline) {
-  *fd = -1;
-  if (fd_ < 0) return makeError(collInternalError, "FdListener::receive before listen");
-  int conn = -1;
-  while (conn < 0) {
-    conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn >= 0) break;
+Status FdListener::receive(void* header, size_t bytes, UniqueFd* fd, pid_t* senderPid, Deadline deadline) {
+  fd->reset();
+  *senderPid = 0;
+  if (!socket_.valid()) return makeError(collInternalError, "FdListener::receive before listen");
+  UniqueFd conn;
+  while (!conn.valid()) {
+    conn.reset(accept4(socket_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (conn.valid()) break;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return systemError("accept (abstract unix socket)");
     if (deadline.expired()) return makeError(collTimeout, "no descriptor arrived within the timeout");
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{socket_.get(), POLLIN, 0};
     (void)poll(&p, 1, std::min(deadline.remainingMs(), 100));
   }
   ucred cred{};
   socklen_t credLen = sizeof cred;
-  Status s = okStatus();
-  if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) s = systemError("SO_PEERCRED");
+  if (getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return systemError("SO_PEERCRED");
   // The sender wrote everything before we accepted, or is about to: one message, waited for.
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   iovec iov{header, bytes};
@@ -68,61 +68,52 @@ Status FdListener::receive(void* header, size_t bytes, int* fd, pid_t* senderPid
   msg.msg_iov = &iov, msg.msg_iovlen = 1;
   msg.msg_control = control, msg.msg_controllen = sizeof control;
   ssize_t got = -1;
-  while (s.ok()) {
-    got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (got >= 0) break;
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      s = systemError("recvmsg (abstract unix socket)");
-    } else if (deadline.expired()) {
-      s = makeError(collTimeout, "a descriptor's message did not arrive within the timeout");
-    } else {
-      pollfd p{conn, POLLIN, 0};
-      (void)poll(&p, 1, std::min(deadline.remainingMs(), 100));
+  while ((got = recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return systemError("recvmsg (abstract unix socket)");
+    if (deadline.expired()) return makeError(collTimeout, "a descriptor's message did not arrive within the timeout");
+    pollfd p{conn.get(), POLLIN, 0};
+    (void)poll(&p, 1, std::min(deadline.remainingMs(), 100));
+  }
+  UniqueFd arrived;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+      arrived.reset(received);
     }
   }
-  if (s.ok()) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-        std::memcpy(fd, CMSG_DATA(c), sizeof(int));
-      }
-    }
-    if (static_cast<size_t>(got) != bytes || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || *fd < 0) {
-      s = makeError(collRemoteError, "a malformed descriptor message (%zd bytes of %zu)", got, bytes);
-      if (*fd >= 0) close(*fd), *fd = -1;
-    }
+  if (static_cast<size_t>(got) != bytes || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || !arrived.valid()) {
+    return makeError(collRemoteError, "a malformed descriptor message (%zd bytes of %zu)", got, bytes);
   }
-  close(conn);
+  *fd = std::move(arrived);
   *senderPid = cred.pid;
-  return s;
+  return okStatus();
 }
 
 Status sendFd(const std::string& name, const void* header, size_t bytes, int fd) {
   sockaddr_un addr;
   socklen_t len = 0;
   COLL_TRY(abstractAddress(name, &addr, &len));
-  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) return systemError("socket(AF_UNIX)");
-  Status s = okStatus();
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    s = systemError("connect (abstract unix socket)");
-  } else {
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{const_cast<void*>(header), bytes};
-    msghdr msg{};
-    msg.msg_iov = &iov, msg.msg_iovlen = 1;
-    msg.msg_control = control, msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    ssize_t sent = -1;
-    do {
-      sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
-    if (sent != static_cast<ssize_t>(bytes)) s = sent < 0 ? systemError("sendmsg (abstract unix socket)")
-                                                          : makeError(collSystemError, "sendmsg: a short write");
+  const UniqueFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return systemError("socket(AF_UNIX)");
+  if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return systemError("connect (abstract unix socket)");
   }
-  close(sock);
-  return s;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<void*>(header), bytes};
+  msghdr msg{};
+  msg.msg_iov = &iov, msg.msg_iovlen = 1;
+  msg.msg_control = control, msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t sent = -1;
+  do {
+    sent = sendmsg(sock.get(), &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) return systemError("sendmsg (abstract unix socket)");
+  if (sent != static_cast<ssize_t>(bytes)) return makeError(collSystemError, "sendmsg: a short write");
+  return okStatus();
 }
 
 }  // namespace coll

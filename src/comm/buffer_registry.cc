@@ -24,7 +24,8 @@ bool BufferRegistry::findDevice(const void* p, size_t bytes, Entry* entry) const
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : entries_) {
-    if (e->kind != gpu::MemKind::Device || a < e->begin || a - e->begin > e->size || bytes > e->size - (a - e->begin)) continue;
+    const bool inside = a >= e->begin && a - e->begin <= e->size && bytes <= e->size - (a - e->begin);
+    if (e->kind != gpu::MemKind::Device || !inside) continue;
     *entry = *e;
     return true;
   }

@@ -20,7 +20,6 @@ class BufferRegistry {
     size_t size = 0;
     gpu::MemKind kind = gpu::MemKind::Host;
     uintptr_t allocationBegin = 0;  // device memory: the allocation holding it (for its IPC handle)
-    size_t allocationSize = 0;
   };
 
   // Returns the registration's handle (never null).

@@ -13,8 +13,8 @@
 
 #include "src/base/deadline.h"
 #include "src/base/status.h"
-#include "src/comm/connections.h"
 #include "src/comm/buffer_registry.h"
+#include "src/comm/connections.h"
 #include "src/comm/device_calls.h"
 #include "src/comm/failure_manager.h"
 #include "src/comm/plan_cache.h"

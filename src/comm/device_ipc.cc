@@ -9,7 +9,6 @@
 
 #include "src/base/align.h"
 #include "src/base/config.h"
-#include "src/base/fd_passing.h"
 #include "src/base/log.h"
 #include "src/gpu/device_kernels.h"
 #include "src/kernels/device_kernel_abi.h"
@@ -17,11 +16,12 @@
 
 namespace coll {
 
-const StringKnob kGpuIpc("COLL_GPU_IPC", "auto",
-                         "Device buffers of ranks all on one host: collectives device to device through CUDA IPC "
-                         "(all but point-to-point) instead of staging through host memory. auto or 1: when every rank can map "
-                         "every other's memory (1 warns when not), 0: never. Set it alike on every rank.",
-                         {KnobSection::Transports, 62});
+const StringKnob kGpuIpc(
+    "COLL_GPU_IPC", "auto",
+    "Device buffers of ranks all on one host: collectives device to device through CUDA IPC "
+    "(all but point-to-point) instead of staging through host memory. auto or 1: when every rank can map "
+    "every other's memory (1 warns when not), 0: never. Set it alike on every rank.",
+    {KnobSection::Transports, 62});
 const BytesKnob kGpuIpcChunk("COLL_GPU_IPC_CHUNK", "2M",
                              "The CUDA IPC path's chunk: each rank's device scratch is 4 chunks (two halves of "
                              "input and output); one chunk of every rank's input is reduced per step.",
@@ -56,9 +56,9 @@ struct IpcRecord {
   uint64_t ptr;
   uint64_t nonce;
   int64_t pid;
-  uint64_t bytes;    // the scratch's allocation (a file descriptor's mapping size)
+  uint64_t bytes;  // the scratch's allocation (a file descriptor's mapping size)
   char bus[32];
-  char socket[64];   // the abstract socket this rank receives file descriptors on ("": none)
+  char socket[64];  // the abstract socket this rank receives file descriptors on ("": none)
   int32_t device;
   int32_t ok;        // this rank set its side up
   int32_t fdShared;  // 1: the scratch is a cuMem allocation shared by file descriptor; 0: legacy handle
@@ -92,6 +92,59 @@ std::string socketName(int rank) {
   snprintf(name, sizeof name, "collective-ipc-%lld-%016llx-%llu-%d", static_cast<long long>(getpid()),
            static_cast<unsigned long long>(processNonce()), static_cast<unsigned long long>(serial++), rank);
   return name;
+}
+
+// Hands the file descriptors of the ranks' cuMem scratches to the ranks of other processes:
+// every exporting rank sends first, the ranks agree that every send worked (so nobody waits for a
+// descriptor that will not come), then each rank receives the ones it expects into (*received)[q].
+// *ok and *why: this rank lacks a descriptor. A Status error only for a failed host collective.
+Status exchangeDescriptors(const std::vector<IpcRecord>& all, int rank, UniqueFd exportFd, FdListener& listener,
+                           const DeviceIpc::HostOps& ops, std::vector<UniqueFd>* received, bool* ok, std::string* why) {
+  const int nranks = static_cast<int>(all.size());
+  const IpcRecord& mine = all[static_cast<size_t>(rank)];
+  int32_t sent = 1;
+  std::string sendWhy;
+  const FdHeader header{mine.nonce, rank, 0};
+  for (int p = 0; p < nranks && exportFd.valid(); ++p) {
+    const IpcRecord& r = all[static_cast<size_t>(p)];
+    if (sameProcess(r, mine)) continue;
+    Status s = r.socket[0] == '\0' ? makeError(collSystemError, "rank %d has no socket for descriptors", p)
+                                   : sendFd(r.socket, &header, sizeof header, exportFd.get());
+    if (!s.ok()) {
+      sent = 0, sendWhy = "sending the scratch's file descriptor to rank " + std::to_string(p) + ": " + s.message();
+      break;
+    }
+  }
+  exportFd.reset();  // the receivers hold their own copies
+  std::vector<int32_t> sentAll(static_cast<size_t>(nranks));
+  COLL_TRY(ops.allGather(&sent, sentAll.data(), sizeof sent));
+  for (int p = 0; p < nranks; ++p) {
+    if (sentAll[static_cast<size_t>(p)] == 0) {
+      *ok = false, *why = p == rank ? sendWhy : "rank " + std::to_string(p) + " could not send its file descriptor";
+      return okStatus();
+    }
+  }
+  int expected = 0;
+  for (const IpcRecord& r : all) expected += r.fdShared && !sameProcess(r, mine) ? 1 : 0;
+  for (int i = 0; i < expected; ++i) {
+    FdHeader h{};
+    UniqueFd fd;
+    pid_t pid = 0;
+    Status s = listener.receive(&h, sizeof h, &fd, &pid, ops.deadline);
+    if (!s.ok()) {
+      *ok = false, *why = "receiving file descriptors: " + s.message();
+      return okStatus();
+    }
+    // Anyone on the host may connect: the kernel's word on the sender's pid must match the rank's record.
+    const IpcRecord* from = h.rank >= 0 && h.rank < nranks ? &all[static_cast<size_t>(h.rank)] : nullptr;
+    if (from == nullptr || !from->fdShared || from->pid != pid || from->nonce != h.nonce ||
+        (*received)[static_cast<size_t>(h.rank)].valid()) {
+      *ok = false, *why = "a file descriptor from an unexpected sender";
+      return okStatus();
+    }
+    (*received)[static_cast<size_t>(h.rank)] = std::move(fd);
+  }
+  return okStatus();
 }
 
 // The ordinal of the device with PCI bus id `bus` in this process (-1: not visible here).
@@ -135,16 +188,13 @@ bool DeviceIpc::supports(const CollArgs& a, int nranks) {
       return nranks > 1 && (a.op == collSum || a.op == collAvg) &&
              a.count * dataTypeSize(a.dtype) >= a.compress.minBytes;
     case CollKind::Reduce:
-    case CollKind::ReduceScatter:
-      return a.compress.blockSize == 0 && a.op < collNumOps;
+    case CollKind::ReduceScatter: return a.compress.blockSize == 0 && a.op < collNumOps;
     case CollKind::Broadcast:
     case CollKind::AllGather:
     case CollKind::Gather:
     case CollKind::Scatter:
-    case CollKind::AlltoAll:
-      return true;
-    default:
-      return false;
+    case CollKind::AlltoAll: return true;
+    default: return false;
   }
 }
 
@@ -189,8 +239,7 @@ Status DeviceIpc::mapAllocation(CUmemGenericAllocationHandle handle, size_t byte
   return okStatus();
 }
 
-Status DeviceIpc::allocateScratch(int device, CUipcMemHandle* legacyHandle, int* exportFd, uint64_t* bytes) {
-  *exportFd = -1;
+Status DeviceIpc::allocateScratch(int device, CUipcMemHandle* legacyHandle, UniqueFd* exportFd, uint64_t* bytes) {
   const std::string how = kGpuIpcHandle.get();
   if (how != "legacy" && fdSharingSupported(cu_, device)) {
     CUmemAllocationProp prop{};
@@ -208,12 +257,16 @@ Status DeviceIpc::allocateScratch(int device, CUipcMemHandle* legacyHandle, int*
       return s;
     }
     scratchMapped_ = true;
-    return gpu::cudaCheck(cu_.cuMemExportToShareableHandle(exportFd, handle, cu::kMemHandleTypePosixFileDescriptor, 0),
-                          "cuMemExportToShareableHandle");
+    int fd = -1;
+    COLL_CU_TRY(cu_, cuMemExportToShareableHandle, &fd, handle, cu::kMemHandleTypePosixFileDescriptor, 0);
+    exportFd->reset(fd);
+    return okStatus();
   }
   if (how == "fd") {
-    return makeError(collInvalidUsage, "COLL_GPU_IPC_HANDLE=fd, but device %d (or the driver) cannot share cuMem "
-                     "allocations as POSIX file descriptors", device);
+    return makeError(collInvalidUsage,
+                     "COLL_GPU_IPC_HANDLE=fd, but device %d (or the driver) cannot share cuMem "
+                     "allocations as POSIX file descriptors",
+                     device);
   }
   *bytes = 4 * chunk_;
   COLL_CU_TRY(cu_, cuMemAlloc, &scratch_, *bytes);
@@ -232,7 +285,7 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
   mine.nonce = processNonce();
   mine.pid = getpid();
   mine.device = device;
-  int exportFd = -1;
+  UniqueFd exportFd;
   FdListener listener;
   {
     CUdevice dev = -1;
@@ -247,7 +300,7 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
       why = "the scratch: " + s.message();
     } else {
       mine.ptr = ipc->scratch_;
-      mine.fdShared = exportFd >= 0 ? 1 : 0;
+      mine.fdShared = exportFd.valid() ? 1 : 0;
       mine.ok = 1;
       // Peers that share by file descriptor send theirs here (unless every rank is legacy-only).
       if (kGpuIpcHandle.get() != "legacy") {
@@ -258,9 +311,6 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
   }
   std::vector<IpcRecord> all(static_cast<size_t>(nranks));
   COLL_TRY(ops.allGather(&mine, all.data(), sizeof(IpcRecord)));
-  auto closeExport = [&] {
-    if (exportFd >= 0) close(exportFd), exportFd = -1;
-  };
 
   // Map every peer's scratch (a peer that failed its side: nobody uses the path).
   bool ok = mine.ok != 0;
@@ -271,67 +321,16 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
   ipc->peers_.assign(static_cast<size_t>(nranks), nullptr);
   ipc->local_.assign(static_cast<size_t>(nranks), false);
 
-  // File descriptors go from each exporting rank to every rank of another process: all ranks send
-  // first, agree that every send worked (so nobody waits for a descriptor that will not come),
-  // then receive. Every rank decides from the same records whether this happens.
-  std::vector<int> received(static_cast<size_t>(nranks), -1);
-  auto closeReceived = [&] {
-    for (int& fd : received) {
-      if (fd >= 0) close(fd), fd = -1;
-    }
-  };
-  bool fdsNeeded = false;
-  for (int p = 0; p < nranks && ok; ++p) {
-    for (int q = 0; q < nranks; ++q) {
-      if (all[static_cast<size_t>(q)].fdShared && !sameProcess(all[static_cast<size_t>(p)], all[static_cast<size_t>(q)])) {
-        fdsNeeded = true;
-      }
-    }
+  // Descriptors travel when a scratch is shared by one and not every rank is in one process (the
+  // same answer on every rank: it reads the records only).
+  std::vector<UniqueFd> received(static_cast<size_t>(nranks));
+  const bool anyFd = std::any_of(all.begin(), all.end(), [](const IpcRecord& r) { return r.fdShared != 0; });
+  const bool oneProcess =
+      std::all_of(all.begin(), all.end(), [&](const IpcRecord& r) { return sameProcess(r, all[0]); });
+  if (ok && anyFd && !oneProcess) {
+    COLL_TRY(exchangeDescriptors(all, rank, std::move(exportFd), listener, ops, &received, &ok, &why));
   }
-  if (fdsNeeded) {
-    int32_t sent = 1;
-    std::string sendWhy;
-    const FdHeader header{mine.nonce, rank, 0};
-    for (int p = 0; p < nranks && exportFd >= 0; ++p) {
-      const IpcRecord& r = all[static_cast<size_t>(p)];
-      if (sameProcess(r, mine)) continue;
-      Status s = r.socket[0] == '\0' ? makeError(collSystemError, "rank %d has no socket for descriptors", p)
-                                     : sendFd(r.socket, &header, sizeof header, exportFd);
-      if (!s.ok()) {
-        sent = 0, sendWhy = "sending the scratch's file descriptor to rank " + std::to_string(p) + ": " + s.message();
-        break;
-      }
-    }
-    closeExport();
-    std::vector<int32_t> sentAll(static_cast<size_t>(nranks));
-    COLL_TRY(ops.allGather(&sent, sentAll.data(), sizeof sent));
-    for (int p = 0; p < nranks && ok; ++p) {
-      if (sentAll[static_cast<size_t>(p)] == 0) {
-        ok = false, why = p == rank ? sendWhy : "rank " + std::to_string(p) + " could not send its file descriptor";
-      }
-    }
-    int expected = 0;
-    for (int q = 0; q < nranks; ++q) {
-      expected += all[static_cast<size_t>(q)].fdShared && !sameProcess(all[static_cast<size_t>(q)], mine) ? 1 : 0;
-    }
-    for (int i = 0; i < expected && ok; ++i) {
-      FdHeader h{};
-      int fd = -1;
-      pid_t pid = 0;
-      Status s = listener.receive(&h, sizeof h, &fd, &pid, ops.deadline);
-      // Anyone on the host may connect: the kernel's word on the sender's pid must match the rank's record.
-      const bool valid = s.ok() && h.rank >= 0 && h.rank < nranks &&
-                         all[static_cast<size_t>(h.rank)].fdShared && all[static_cast<size_t>(h.rank)].pid == pid &&
-                         all[static_cast<size_t>(h.rank)].nonce == h.nonce && received[static_cast<size_t>(h.rank)] < 0;
-      if (!valid) {
-        if (fd >= 0) close(fd);
-        ok = false, why = s.ok() ? "a file descriptor from an unexpected sender" : "receiving file descriptors: " + s.message();
-        break;
-      }
-      received[static_cast<size_t>(h.rank)] = fd;
-    }
-  }
-  closeExport();
+  exportFd.reset();
 
   for (int p = 0; p < nranks && ok; ++p) {
     const IpcRecord& r = all[static_cast<size_t>(p)];
@@ -362,11 +361,11 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
     CUdeviceptr mapped = 0;
     if (r.fdShared) {
       CUmemGenericAllocationHandle handle = 0;
-      const int fd = received[static_cast<size_t>(p)];
+      const int fd = received[static_cast<size_t>(p)].get();
       CUresult res = r.bytes < 4 * ipc->chunk_ ? cu::kErrorInvalidValue
-                                                : cu.cuMemImportFromShareableHandle(
-                                                      &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                                      cu::kMemHandleTypePosixFileDescriptor);
+                                               : cu.cuMemImportFromShareableHandle(
+                                                     &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                     cu::kMemHandleTypePosixFileDescriptor);
       Status s = gpu::cudaCheck(res, "cuMemImportFromShareableHandle");
       if (s.ok()) {
         s = ipc->mapAllocation(handle, r.bytes, device, &mapped);
@@ -379,15 +378,15 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
     } else {
       const CUresult res = cu.cuIpcOpenMemHandle(&mapped, r.handle, cu::kIpcMemLazyEnablePeerAccess);
       if (res != cu::kSuccess) {
-        ok = false, why = "cuIpcOpenMemHandle of rank " + std::to_string(p) + "'s scratch failed: " +
-                          gpu::cudaCheck(res, "cuIpcOpenMemHandle").message();
+        ok = false, why = "cuIpcOpenMemHandle of rank " + std::to_string(p) +
+                          "'s scratch failed: " + gpu::cudaCheck(res, "cuIpcOpenMemHandle").message();
         break;
       }
       ipc->opened_.push_back(mapped);
     }
     ipc->peers_[static_cast<size_t>(p)] = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(mapped));
   }
-  closeReceived();  // an imported allocation holds its own reference
+  received.clear();  // an imported allocation holds its own reference
 
   // Every rank learns whether every rank mapped every peer: all use the path or none does.
   std::vector<int32_t> flags(static_cast<size_t>(nranks));
@@ -409,8 +408,10 @@ Status DeviceIpc::setup(const gpu::CudaDriver& cu, int device, int rank, int nra
     return okStatus();  // ipc's destructor closes and frees what was made
   }
   if (rank == 0) {
-    COLL_INFO(rank, "GPU IPC: on for %d ranks of this host (chunk %zu bytes, %zu bytes of device scratch per rank, "
-              "shared by %s)", nranks, ipc->chunk_, static_cast<size_t>(mine.bytes),
+    COLL_INFO(rank,
+              "GPU IPC: on for %d ranks of this host (chunk %zu bytes, %zu bytes of device scratch per rank, "
+              "shared by %s)",
+              nranks, ipc->chunk_, static_cast<size_t>(mine.bytes),
               mine.fdShared ? "POSIX file descriptor" : "legacy IPC handle");
   }
   *out = std::move(ipc);
@@ -437,12 +438,9 @@ Status DeviceIpc::run(const CollArgs& a, CUstream stream, const HostOps& ops, co
     case CollKind::AllReduce:
       if (a.compress.blockSize != 0) return compressedAllReduce(a, stream, ops);
       return reduce(a, stream, ops, registry);
-    case CollKind::Reduce:
-      return reduce(a, stream, ops, registry);
-    case CollKind::ReduceScatter:
-      return reduceScatter(a, stream, ops, registry);
-    default:
-      return move(a, stream, ops, registry);
+    case CollKind::Reduce: return reduce(a, stream, ops, registry);
+    case CollKind::ReduceScatter: return reduceScatter(a, stream, ops, registry);
+    default: return move(a, stream, ops, registry);
   }
 }
 
@@ -451,6 +449,16 @@ Status DeviceIpc::afterCopyIn(const CollArgs& a, CUstream stream, const HostOps&
   *done = false;
   COLL_TRY(ops.sync(stream));
   return firstChunk ? tryRegistered(a, stream, ops, registry, done) : ops.barrier();
+}
+
+Status DeviceIpc::copyIn(const CollArgs& a, uint64_t segments, uint64_t done, uint64_t m, int half, CUstream stream) {
+  const size_t es = dataTypeSize(a.dtype);
+  const auto* send = static_cast<const std::byte*>(a.sendbuff);
+  for (uint64_t g = 0; g < segments; ++g) {
+    COLL_TRY(copyAsync(input(rank_, half) + g * m * es, send + (g * a.count + done) * es, m * es, stream,
+                       "cuMemcpyAsync (IPC input)"));
+  }
+  return okStatus();
 }
 
 Status DeviceIpc::copyAsync(void* dst, const void* src, uint64_t bytes, CUstream stream, const char* what) {
@@ -462,7 +470,8 @@ Status DeviceIpc::reduceInto(const CollArgs& a, void* dst, const void* const* sr
   if (count == 0) return okStatus();
   const collRedOp_t op = a.op == collAvg ? collSum : a.op;
   COLL_TRY(gpu::deviceReduce(cu_, dst, srcs, nranks_, count, a.dtype, op, stream));
-  if (a.op == collAvg) COLL_TRY(gpu::deviceDivide(cu_, dst, dst, count, a.dtype, static_cast<uint64_t>(nranks_), stream));
+  if (a.op == collAvg)
+    COLL_TRY(gpu::deviceDivide(cu_, dst, dst, count, a.dtype, static_cast<uint64_t>(nranks_), stream));
   return okStatus();
 }
 
@@ -480,8 +489,10 @@ bool DeviceIpc::mapPeerAllocation(int peer, const CUipcMemHandle& handle, uint64
   CUdeviceptr mapped = 0;
   const CUresult res = cu_.cuIpcOpenMemHandle(&mapped, handle, cu::kIpcMemLazyEnablePeerAccess);
   if (res != cu::kSuccess) {
-    COLL_INFO(rank_, "GPU IPC: rank %d's registered buffer cannot be mapped here (%s); the call goes through the "
-              "scratch", peer, gpu::cudaCheck(res, "cuIpcOpenMemHandle").message().c_str());
+    COLL_INFO(rank_,
+              "GPU IPC: rank %d's registered buffer cannot be mapped here (%s); the call goes through the "
+              "scratch",
+              peer, gpu::cudaCheck(res, "cuIpcOpenMemHandle").message().c_str());
     return false;
   }
   // Kept open for the communicator's life: a peer registers a buffer to use it again.
@@ -510,8 +521,7 @@ Status DeviceIpc::tryRegistered(const CollArgs& a, CUstream stream, const HostOp
     *base = e.allocationBegin, *offset = reinterpret_cast<uintptr_t>(p) - e.allocationBegin;
     return true;
   };
-  if (registry != nullptr &&
-      exported(a.sendbuff, sendElems * es, &mine.sendHandle, &mine.sendBase, &mine.sendOffset) &&
+  if (registry != nullptr && exported(a.sendbuff, sendElems * es, &mine.sendHandle, &mine.sendBase, &mine.sendOffset) &&
       exported(a.recvbuff, recvElems * es, &mine.recvHandle, &mine.recvBase, &mine.recvOffset)) {
     mine.ok = 1;
     const uintptr_t s = reinterpret_cast<uintptr_t>(a.sendbuff), r = reinterpret_cast<uintptr_t>(a.recvbuff);
@@ -573,17 +583,16 @@ Status DeviceIpc::tryRegistered(const CollArgs& a, CUstream stream, const HostOp
       COLL_TRY(ops.sync(stream));
       COLL_TRY(ops.barrier());
       for (size_t q = 0; q < n; ++q) {
-        if (q != me) COLL_TRY(copyAsync(recvs[me] + shardBegin(q) * es, recvs[q] + shardBegin(q) * es,
-                                        (shardEnd(q) - shardBegin(q)) * es, stream, what));
+        if (q != me)
+          COLL_TRY(copyAsync(recvs[me] + shardBegin(q) * es, recvs[q] + shardBegin(q) * es,
+                             (shardEnd(q) - shardBegin(q)) * es, stream, what));
       }
       break;
     case CollKind::Reduce:  // every rank reduces its shard straight into the root's receive buffer
       COLL_TRY(reduceInto(a, recvs[root] + shardBegin(me) * es, sourcesAt(shardBegin(me)),
                           shardEnd(me) - shardBegin(me), stream));
       break;
-    case CollKind::ReduceScatter:
-      COLL_TRY(reduceInto(a, recvs[me], sourcesAt(me * count), count, stream));
-      break;
+    case CollKind::ReduceScatter: COLL_TRY(reduceInto(a, recvs[me], sourcesAt(me * count), count, stream)); break;
     case CollKind::AllGather:
     case CollKind::AlltoAll:
       for (size_t q = 0; q < n; ++q) {
@@ -596,14 +605,9 @@ Status DeviceIpc::tryRegistered(const CollArgs& a, CUstream stream, const HostOp
         for (size_t q = 0; q < n; ++q) COLL_TRY(copyAsync(recvs[me] + q * bytes, sends[q], bytes, stream, what));
       }
       break;
-    case CollKind::Broadcast:
-      COLL_TRY(copyAsync(recvs[me], sends[root], bytes, stream, what));
-      break;
-    case CollKind::Scatter:
-      COLL_TRY(copyAsync(recvs[me], sends[root] + me * bytes, bytes, stream, what));
-      break;
-    default:
-      return makeError(collInternalError, "GPU IPC: no registered path for this collective");
+    case CollKind::Broadcast: COLL_TRY(copyAsync(recvs[me], sends[root], bytes, stream, what)); break;
+    case CollKind::Scatter: COLL_TRY(copyAsync(recvs[me], sends[root] + me * bytes, bytes, stream, what)); break;
+    default: return makeError(collInternalError, "GPU IPC: no registered path for this collective");
   }
   gIpcRegistered.fetch_add(1, std::memory_order_relaxed);
   *done = true;
@@ -678,7 +682,6 @@ Status DeviceIpc::compressedAllReduce(const CollArgs& a, CUstream stream, const 
 Status DeviceIpc::reduce(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = std::max<size_t>(chunk_ / es, 1);
-  const auto* send = static_cast<const std::byte*>(a.sendbuff);
   auto* recv = static_cast<std::byte*>(a.recvbuff);  // unused on a Reduce's other ranks
   const bool receives = a.kind == CollKind::AllReduce || rank_ == a.root;
   const size_t n = static_cast<size_t>(nranks_);
@@ -692,7 +695,7 @@ Status DeviceIpc::reduce(const CollArgs& a, CUstream stream, const HostOps& ops,
     auto shardEnd = [&](size_t q) { return std::min((q + 1) * per, m); };
 
     // 1. This rank's chunk into its input area.
-    COLL_TRY(copyAsync(input(rank_, half), send + done * es, m * es, stream, "cuMemcpyAsync (IPC input)"));
+    COLL_TRY(copyIn(a, 1, done, m, half, stream));
     bool registered = false;
     COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
     if (registered) break;
@@ -718,17 +721,13 @@ Status DeviceIpc::reduceScatter(const CollArgs& a, CUstream stream, const HostOp
                                 const BufferRegistry* registry) {
   const size_t es = dataTypeSize(a.dtype), n = static_cast<size_t>(nranks_), me = static_cast<size_t>(rank_);
   const uint64_t chunkElems = std::max<uint64_t>(chunk_ / (es * n), 1);  // of each rank's segment
-  const auto* send = static_cast<const std::byte*>(a.sendbuff);
   auto* recv = static_cast<std::byte*>(a.recvbuff);
   std::vector<const void*> srcs(n);
   for (uint64_t done = 0; done < a.count;) {
     const uint64_t m = std::min(chunkElems, a.count - done);
     const int half = static_cast<int>(half_++ & 1);
     // 1. Elements [done, done + m) of each segment q of our send buffer into slot q of our input area.
-    for (size_t q = 0; q < n; ++q) {
-      COLL_TRY(copyAsync(input(rank_, half) + q * m * es, send + (q * a.count + done) * es, m * es, stream,
-                         "cuMemcpyAsync (IPC input)"));
-    }
+    COLL_TRY(copyIn(a, n, done, m, half, stream));
     bool registered = false;
     COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
     if (registered) break;
@@ -747,7 +746,8 @@ Status DeviceIpc::move(const CollArgs& a, CUstream stream, const HostOps& ops, c
   // Per kind: which ranks' data moves, who receives, where each source lands in the receive buffer.
   const bool fromRootOnly = a.kind == CollKind::Broadcast || a.kind == CollKind::Scatter;
   const bool receives = a.kind != CollKind::Gather || me == root;
-  const bool slotPerSource = a.kind == CollKind::AllGather || a.kind == CollKind::Gather || a.kind == CollKind::AlltoAll;
+  const bool slotPerSource =
+      a.kind == CollKind::AllGather || a.kind == CollKind::Gather || a.kind == CollKind::AlltoAll;
   uint64_t sendElems = 0, recvElems = 0;
   bufferElements(a, rank_, nranks_, &sendElems, &recvElems);
   // Segmented sends (All-to-All, Scatter) hold one segment per destination: a chunk has n slots.
@@ -759,10 +759,7 @@ Status DeviceIpc::move(const CollArgs& a, CUstream stream, const HostOps& ops, c
     const uint64_t m = std::min(chunkElems, a.count - done);
     const int half = static_cast<int>(half_++ & 1);
     // 1. Elements [done, done + m) of each of our send segments into our input area.
-    for (uint64_t g = 0; g < segments && sendElems > 0; ++g) {
-      COLL_TRY(copyAsync(input(rank_, half) + g * m * es, send + (g * a.count + done) * es, m * es, stream,
-                         "cuMemcpyAsync (IPC input)"));
-    }
+    if (sendElems > 0) COLL_TRY(copyIn(a, segments, done, m, half, stream));
     bool registered = false;
     COLL_TRY(afterCopyIn(a, stream, ops, registry, done == 0, &registered));
     if (registered) break;
@@ -771,8 +768,8 @@ Status DeviceIpc::move(const CollArgs& a, CUstream stream, const HostOps& ops, c
     for (size_t q = 0; q < n && receives; ++q) {
       if (fromRootOnly && q != root) continue;
       std::byte* dst = recv + ((slotPerSource ? q : 0) * a.count + done) * es;
-      const std::byte* src = q == me ? send + (segment * a.count + done) * es
-                                     : input(static_cast<int>(q), half) + segment * m * es;
+      const std::byte* src =
+          q == me ? send + (segment * a.count + done) * es : input(static_cast<int>(q), half) + segment * m * es;
       COLL_TRY(copyAsync(dst, src, m * es, stream, "cuMemcpyAsync (IPC output)"));
     }
     done += m;

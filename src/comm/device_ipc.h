@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "src/base/deadline.h"
+#include "src/base/fd_passing.h"
 #include "src/base/status.h"
 #include "src/comm/buffer_registry.h"
 #include "src/gpu/cuda_driver.h"
@@ -107,14 +108,18 @@ class DeviceIpc {
   // every rank's are registered and mapped, runs the whole call on them (*done = true).
   Status tryRegistered(const CollArgs& a, CUstream stream, const HostOps& ops, const BufferRegistry* registry,
                        bool* done);
+  // Elements [done, done + m) of each of the first `segments` segments (of a.count elements) of
+  // our send buffer into consecutive slots of our input area of half `half`.
+  Status copyIn(const CollArgs& a, uint64_t segments, uint64_t done, uint64_t m, int half, CUstream stream);
+  // An async device copy; nothing for 0 bytes or the same address.
   Status copyAsync(void* dst, const void* src, uint64_t bytes, CUstream stream, const char* what);
   // dst = every rank's srcs reduced in rank order (the call's op; avg divides).
   Status reduceInto(const CollArgs& a, void* dst, const void* const* srcs, uint64_t count, CUstream stream);
   // A peer's registered allocation (legacy IPC handle) mapped here, opened once per communicator.
   bool mapPeerAllocation(int peer, const CUipcMemHandle& handle, uint64_t base, std::byte** out);
-  // The scratch: a cuMem allocation exported as a POSIX file descriptor (*exportFd >= 0) where
+  // The scratch: a cuMem allocation exported as a POSIX file descriptor (*exportFd valid) where
   // COLL_GPU_IPC_HANDLE and the device allow, else cuMemAlloc memory with a legacy handle.
-  Status allocateScratch(int device, CUipcMemHandle* legacyHandle, int* exportFd, uint64_t* bytes);
+  Status allocateScratch(int device, CUipcMemHandle* legacyHandle, UniqueFd* exportFd, uint64_t* bytes);
   // Reserves an address range, maps `handle` there and gives `device` read-write access; the
   // mapping (and the handle) are released on destruction.
   Status mapAllocation(CUmemGenericAllocationHandle handle, size_t bytes, int device, CUdeviceptr* out);
@@ -137,8 +142,8 @@ class DeviceIpc {
     size_t bytes;
     CUmemGenericAllocationHandle handle;
   };
-  std::vector<Mapping> mappings_;      // cuMem allocations mapped here (ours, peers' by descriptor)
-  std::vector<bool> local_;            // peers in this process (their pointers are valid here)
+  std::vector<Mapping> mappings_;  // cuMem allocations mapped here (ours, peers' by descriptor)
+  std::vector<bool> local_;        // peers in this process (their pointers are valid here)
   struct PeerAllocation {
     int peer;
     CUipcMemHandle handle;

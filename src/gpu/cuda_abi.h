@@ -200,20 +200,20 @@ inline CUstream perThreadStream() { return reinterpret_cast<CUstream>(uintptr_t{
 
 // Functions the library uses when the driver has them (a null pointer when it does not): the
 // virtual memory management calls behind CUDA IPC with POSIX file descriptors.
-#define COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                                                  \
-  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                            \
-    (size_t * granularity, const CUmemAllocationProp* prop, int option))                                       \
-  X(cuMemCreate, "cuMemCreate",                                                                                \
+#define COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                                                       \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                                  \
+    (size_t * granularity, const CUmemAllocationProp* prop, int option))                                             \
+  X(cuMemCreate, "cuMemCreate",                                                                                      \
     (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop, unsigned long long flags)) \
-  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle handle))                                       \
-  X(cuMemAddressReserve, "cuMemAddressReserve",                                                                \
-    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags))            \
-  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr ptr, size_t size))                                      \
-  X(cuMemMap, "cuMemMap",                                                                                      \
-    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)) \
-  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr ptr, size_t size))                                                  \
-  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count)) \
-  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle",                                              \
-    (void* shareableHandle, CUmemGenericAllocationHandle handle, int handleType, unsigned long long flags))    \
-  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle",                                          \
+  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle handle))                                             \
+  X(cuMemAddressReserve, "cuMemAddressReserve",                                                                      \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags))                  \
+  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr ptr, size_t size))                                            \
+  X(cuMemMap, "cuMemMap",                                                                                            \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags))    \
+  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr ptr, size_t size))                                                        \
+  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count))     \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle",                                                    \
+    (void* shareableHandle, CUmemGenericAllocationHandle handle, int handleType, unsigned long long flags))          \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle",                                                \
     (CUmemGenericAllocationHandle * handle, void* osHandle, int shHandleType))

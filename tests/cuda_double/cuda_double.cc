@@ -87,13 +87,13 @@ struct Context;
 // (its own dup of the exporter's memfd). Under State::memMu, except the constant fields.
 struct VmmAlloc {
   CUmemGenericAllocationHandle handle = 0;
-  size_t size = 0;          // a multiple of kVmmGranularity
+  size_t size = 0;  // a multiple of kVmmGranularity
   int device = 0;
   int memfd = -1;
-  int handleTypes = 0;      // requestedHandleTypes (imported: POSIX fd, it came as one)
-  bool imported = false;    // not charged to the per-device limit (the exporter's memory)
-  bool released = false;    // cuMemRelease called: the handle is gone, mappings keep the memory
-  int mappings = 0;         // live cuMemMap ranges
+  int handleTypes = 0;    // requestedHandleTypes (imported: POSIX fd, it came as one)
+  bool imported = false;  // not charged to the per-device limit (the exporter's memory)
+  bool released = false;  // cuMemRelease called: the handle is gone, mappings keep the memory
+  int mappings = 0;       // live cuMemMap ranges
   ~VmmAlloc() {
     if (memfd >= 0) close(memfd);
   }
@@ -258,8 +258,10 @@ std::string baseName(const char* name) {
 bool exported(const std::string& name) {
   static const char* const kNames[] = {
 #define COLL_DOUBLE_NAME(code, symbol, params) #code,
+      // clang-format off
       COLL_CUDA_DRIVER_FUNCTIONS(COLL_DOUBLE_NAME)
       COLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(COLL_DOUBLE_NAME)
+      // clang-format on
 #undef COLL_DOUBLE_NAME
       "cuStreamBeginCapture", "cuStreamEndCapture"};
   for (const char* n : kNames) {
@@ -698,7 +700,7 @@ COLL_DOUBLE_EXPORT CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d
     case cu::kDeviceAttributePciDomainId: *pi = 0; break;
     case 75: *pi = 9; break;                                     // COMPUTE_CAPABILITY_MAJOR
     case 76: *pi = 0; break;                                     // COMPUTE_CAPABILITY_MINOR
-    case cu::kDeviceAttributeVirtualMemoryManagementSupported:  // COLL_CUDA_DOUBLE_VMM=0: neither
+    case cu::kDeviceAttributeVirtualMemoryManagementSupported:   // COLL_CUDA_DOUBLE_VMM=0: neither
     case cu::kDeviceAttributeHandleTypePosixFileDescriptorSupported: *pi = gState->vmmSupported ? 1 : 0; break;
     default: return cu::kErrorInvalidValue;  // not modelled (README)
   }
@@ -1442,10 +1444,10 @@ COLL_DOUBLE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 
 namespace {
 // The common start of the VMM functions: off with COLL_CUDA_DOUBLE_VMM=0 (set before cuInit ended).
-#define DOUBLE_ENTER_VMM(name)                                          \
-  do {                                                                  \
-    DOUBLE_ENTER(name, true);                                           \
-    if (!gState->vmmSupported) return cu::kErrorNotSupported;           \
+#define DOUBLE_ENTER_VMM(name)                                \
+  do {                                                        \
+    DOUBLE_ENTER(name, true);                                 \
+    if (!gState->vmmSupported) return cu::kErrorNotSupported; \
   } while (0)
 
 // A pinned allocation on a device: what the double models (INVALID_VALUE otherwise; the ordinal is
@@ -1493,7 +1495,7 @@ const State::Reservation* reservationOf(State& g, uintptr_t a, size_t n) {
 }  // namespace
 
 COLL_DOUBLE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
-                                                         int option) {
+                                                          int option) {
   DOUBLE_ENTER_VMM("cuMemGetAllocationGranularity");
   if (granularity == nullptr || !pinnedDeviceProp(prop) || validDevice(prop->location.id) != cu::kSuccess) {
     return cu::kErrorInvalidValue;
@@ -1504,7 +1506,7 @@ COLL_DOUBLE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity, c
 }
 
 COLL_DOUBLE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                       const CUmemAllocationProp* prop, unsigned long long flags) {
+                                        const CUmemAllocationProp* prop, unsigned long long flags) {
   DOUBLE_ENTER_VMM("cuMemCreate");
   if (handle == nullptr || flags != 0 || size == 0 || size % kVmmGranularity != 0 || !pinnedDeviceProp(prop)) {
     return cu::kErrorInvalidValue;
@@ -1542,11 +1544,10 @@ COLL_DOUBLE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 
 COLL_DOUBLE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                               unsigned long long flags) {
+                                                unsigned long long flags) {
   DOUBLE_ENTER_VMM("cuMemAddressReserve");
   (void)addr;  // a hint: the double always picks the address
-  if (ptr == nullptr || flags != 0 || size == 0 || size % kVmmGranularity != 0 ||
-      (alignment & (alignment - 1)) != 0) {
+  if (ptr == nullptr || flags != 0 || size == 0 || size % kVmmGranularity != 0 || (alignment & (alignment - 1)) != 0) {
     return cu::kErrorInvalidValue;
   }
   const size_t align = std::max(alignment, kVmmGranularity);
@@ -1576,7 +1577,7 @@ COLL_DOUBLE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 }
 
 COLL_DOUBLE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                                    unsigned long long flags) {
+                                     unsigned long long flags) {
   DOUBLE_ENTER_VMM("cuMemMap");
   if (flags != 0 || offset != 0 || size == 0 || ptr % kVmmGranularity != 0) return cu::kErrorInvalidValue;
   State& g = *gState;
@@ -1642,7 +1643,7 @@ COLL_DOUBLE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const C
 }
 
 COLL_DOUBLE_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
-                                                        int handleType, unsigned long long flags) {
+                                                         int handleType, unsigned long long flags) {
   DOUBLE_ENTER_VMM("cuMemExportToShareableHandle");
   if (shareableHandle == nullptr || flags != 0 || handleType != cu::kMemHandleTypePosixFileDescriptor) {
     return cu::kErrorInvalidValue;
@@ -1660,7 +1661,7 @@ COLL_DOUBLE_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle, 
 }
 
 COLL_DOUBLE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
-                                                          int shHandleType) {
+                                                           int shHandleType) {
   DOUBLE_ENTER_VMM("cuMemImportFromShareableHandle");
   if (handle == nullptr || shHandleType != cu::kMemHandleTypePosixFileDescriptor) return cu::kErrorInvalidValue;
   const intptr_t fdValue = reinterpret_cast<intptr_t>(osHandle);

@@ -804,7 +804,7 @@ TEST_F(CudaDouble, VmmMappedMemoryIsDeviceMemory) {
   CUdeviceptr va = 0;
   ASSERT_EQ(d_->cuMemAddressReserve(&va, 2 * kGranularity, 0, 0, 0), cu::kSuccess);
   EXPECT_EQ(va % kGranularity, 0u);
-  EXPECT_EQ(d_->cuMemMap(va, kGranularity / 2, 0, h, 0), cu::kErrorInvalidValue);  // not the whole allocation
+  EXPECT_EQ(d_->cuMemMap(va, kGranularity / 2, 0, h, 0), cu::kErrorInvalidValue);         // not the whole allocation
   EXPECT_EQ(d_->cuMemMap(va, kGranularity, kGranularity, h, 0), cu::kErrorInvalidValue);  // offset
   EXPECT_EQ(d_->cuMemMap(va + 2 * kGranularity, kGranularity, 0, h, 0), cu::kErrorInvalidValue);  // outside
   const CUdeviceptr at = va + kGranularity;  // the second half of the reservation

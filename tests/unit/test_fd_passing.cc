@@ -28,7 +28,8 @@ struct Header {
 };
 
 bool sameFile(int a, int b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
@@ -46,17 +47,16 @@ TEST(FdPassing, TheSentFileArrivesWithTheSendersPid) {
   }
   for (int32_t want : {3, 5}) {
     Header h{};
-    int fd = -1;
+    UniqueFd fd;
     pid_t pid = 0;
     Status s = listener.receive(&h, sizeof h, &fd, &pid, Deadline::afterMs(5000));
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(h.rank, want);
     EXPECT_EQ(h.magic, 0xfeedu);
     EXPECT_EQ(pid, getpid());
-    ASSERT_GE(fd, 0);
-    EXPECT_NE(fd, fileno(file)) << "a new descriptor";
-    EXPECT_TRUE(sameFile(fd, fileno(file)));
-    close(fd);
+    ASSERT_TRUE(fd.valid());
+    EXPECT_NE(fd.get(), fileno(file)) << "a new descriptor";
+    EXPECT_TRUE(sameFile(fd.get(), fileno(file)));
   }
   fclose(file);
 }
@@ -72,12 +72,12 @@ TEST(FdPassing, NoSenderTimesOut) {
   FdListener listener;
   ASSERT_TRUE(listener.listen(uniqueName("idle"), 4).ok());
   Header h{};
-  int fd = -1;
+  UniqueFd fd;
   pid_t pid = 0;
   const auto start = std::chrono::steady_clock::now();
   Status s = listener.receive(&h, sizeof h, &fd, &pid, Deadline::afterMs(200));
   EXPECT_EQ(s.code(), collTimeout) << s.message();
-  EXPECT_EQ(fd, -1);
+  EXPECT_FALSE(fd.valid());
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
 }
 
@@ -106,11 +106,11 @@ TEST(FdPassing, MalformedMessagesAreRefused) {
   }
   for (int i = 0; i < 2; ++i) {
     Header h{};
-    int fd = -1;
+    UniqueFd fd;
     pid_t pid = 0;
     Status s = listener.receive(&h, sizeof h, &fd, &pid, Deadline::afterMs(5000));
     EXPECT_FALSE(s.ok()) << "message " << i;
-    EXPECT_EQ(fd, -1);
+    EXPECT_FALSE(fd.valid());
   }
 }
 

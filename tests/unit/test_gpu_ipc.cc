@@ -401,8 +401,8 @@ std::vector<std::vector<unsigned char>> registeredBattery(int rank, int nranks, 
     collDataType_t t;
     collRedOp_t op;
   };
-  const Case cases[] = {{collInt32, collSum},      {collFloat32, collAvg},   {collFloat16, collMax},
-                        {collBfloat16, collProd},  {collFloat8e4m3, collMin}, {collFloat64, collSum},
+  const Case cases[] = {{collInt32, collSum},     {collFloat32, collAvg},    {collFloat16, collMax},
+                        {collBfloat16, collProd}, {collFloat8e4m3, collMin}, {collFloat64, collSum},
                         {collUint8, collMax}};
   const size_t maxBytes = 3 * kChunk + 5 * 8 + 64;
   DeviceBuffer arena(2 * maxBytes + 256);
@@ -612,12 +612,12 @@ std::vector<unsigned char> runKind(const KindCase& c, size_t count, bool inPlace
 // path's bytes.
 TEST(GpuIpc, EveryCollectiveEqualsStaging) {
   const KindCase cases[] = {
-      {CollKind::Broadcast, collUint8, collSum},      {CollKind::Broadcast, collFloat64, collSum},
-      {CollKind::Reduce, collInt32, collSum},         {CollKind::Reduce, collBfloat16, collAvg},
-      {CollKind::AllGather, collUint8, collSum},      {CollKind::AllGather, collFloat16, collSum},
+      {CollKind::Broadcast, collUint8, collSum},       {CollKind::Broadcast, collFloat64, collSum},
+      {CollKind::Reduce, collInt32, collSum},          {CollKind::Reduce, collBfloat16, collAvg},
+      {CollKind::AllGather, collUint8, collSum},       {CollKind::AllGather, collFloat16, collSum},
       {CollKind::ReduceScatter, collFloat32, collMax}, {CollKind::ReduceScatter, collFloat16, collAvg},
-      {CollKind::AlltoAll, collInt32, collSum},       {CollKind::AlltoAll, collUint8, collSum},
-      {CollKind::Gather, collFloat32, collSum},       {CollKind::Scatter, collInt64, collSum},
+      {CollKind::AlltoAll, collInt32, collSum},        {CollKind::AlltoAll, collUint8, collSum},
+      {CollKind::Gather, collFloat32, collSum},        {CollKind::Scatter, collInt64, collSum},
   };
   for (int n : {2, 3, 4}) {
     // Each rank's results in call order; the calls that could not run on registered buffers.
@@ -790,7 +790,8 @@ TEST(GpuIpcChild, Rank) {
   if (failRegistered != nullptr && atoi(failRegistered) == rank) {
     void* handle = dlopen(COLL_CUDA_DOUBLE_PATH, RTLD_NOW | RTLD_NOLOAD);
     ASSERT_NE(handle, nullptr);
-    auto inject = reinterpret_cast<CUresult (*)(const char*, int, CUresult)>(dlsym(handle, "collCudaDoubleInjectError"));
+    auto inject =
+        reinterpret_cast<CUresult (*)(const char*, int, CUresult)>(dlsym(handle, "collCudaDoubleInjectError"));
     ASSERT_NE(inject, nullptr);
     ASSERT_EQ(inject("cuIpcOpenMemHandle", 1 << 20, cu::kErrorMapFailed), 0);
   }
