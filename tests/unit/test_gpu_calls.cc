@@ -199,8 +199,10 @@ TEST(GpuCalls, EveryCollectiveOnDeviceBuffers) {
       DeviceBuffer a(c * n * 4), b(c * n * 4);
       std::vector<int32_t> x(c * n);
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(rank * 1000000 + i);
+      // Uploads go on s: a rank that does not wait for a call (a Reduce's non-root) must not
+      // overwrite its send buffer while the call may still read it.
       // Broadcast from root 1.
-      a.upload(x);
+      a.upload(x, s);
       ASSERT_EQ(collBroadcast(a.ptr, b.ptr, c, collInt32, 1, comm, s), collSuccess) << collGetLastError(nullptr);
       auto got = b.download<int32_t>(c, s);
       for (size_t i = 0; i < c; ++i) ASSERT_EQ(got[i], static_cast<int32_t>(1000000 + i));
@@ -209,7 +211,7 @@ TEST(GpuCalls, EveryCollectiveOnDeviceBuffers) {
       got = a.download<int32_t>(c, s);
       for (size_t i = 0; i < c; ++i) ASSERT_EQ(got[i], static_cast<int32_t>(i));
       // Reduce to root n-1.
-      a.upload(x);
+      a.upload(x, s);
       ASSERT_EQ(collReduce(a.ptr, b.ptr, c, collInt32, collSum, n - 1, comm, s), collSuccess);
       if (rank == n - 1) {
         got = b.download<int32_t>(c, s);
@@ -218,7 +220,7 @@ TEST(GpuCalls, EveryCollectiveOnDeviceBuffers) {
         }
       }
       // All-Gather, in place.
-      a.upload(x);
+      a.upload(x, s);
       auto* slot = static_cast<char*>(b.ptr) + rank * c * 4;
       ASSERT_EQ(cuda().cuMemcpyAsync(dp(slot), dp(a.ptr), c * 4, s), 0);
       ASSERT_EQ(collAllGather(slot, b.ptr, c, collInt32, comm, s), collSuccess);
