@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # ONE command for a machine with CUDA and one GPU (no internet, no new packages: CMake, a C++
 # compiler and the CUDA toolkit). Steps, each under `timeout`, the whole run in under 8 minutes:
-#   1. build (all cores) only what the check runs: the library, collrun, allreduce_perf,
-#      cuda_memcpy_perf, test_gpu_calls, test_device_kernels (-DBUILD_TESTING=ON). Without
+#   1. build (all cores) only what the check runs: the library, collrun, the *_perf benchmarks,
+#      cuda_memcpy_perf, test_gpu_calls, test_gpu_ipc, test_device_kernels (-DBUILD_TESTING=ON). Without
 #      OpenSSL's headers the library cannot build: then only the kernels-only check runs
 #      (bench/quant_gpu_check.sh) and it says the full check needs libssl-dev.
 #   2. no GPU: says so, exits 0 (after the build).
-#   3. test_gpu_calls on the REAL driver (COLL_GPU_TEST_REAL_DRIVER=1; the tests that need the
-#      CUDA test double or two devices skip), test_device_kernels.
+#   3. test_gpu_calls and test_gpu_ipc (ranks as threads and as processes over CUDA IPC, legacy
+#      handles and cuMem file descriptors, registered buffers) on the REAL driver
+#      (COLL_GPU_TEST_REAL_DRIVER=1; the tests that need the CUDA test double or two devices
+#      skip), test_device_kernels.
 #   4. bench/quant_gpu_check.sh: the 4-bit kernels' CPU == GPU identity and GB/s (its own build).
 #   5. cuda_memcpy_perf: B = device-to-device copy bandwidth, H2D/D2H = pinned host<->device.
 #   6. allreduce_perf on device buffers (-G 1), 1, 2 and 4 ranks sharing the GPU, 8 B and 256 MiB,
 #      -w 5 -n 20, and ONE table.
+#   7. every other collective on device buffers, 2 ranks, 64 MiB, results checked (-c 1): busbw
+#      and #wrong per collective (a check that each runs right on the GPU, not a limit).
 # The table, for p ranks, N = 256 MiB, t = the out-of-place time:
 #   algbw = N / t,  busbw = algbw * 2(p-1)/p (nccl-tests; 0 for p = 1)
 #   staged limit (what the library does today: D2H copy, host All-Reduce over shared memory, H2D
@@ -43,6 +47,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 jobs=${JOBS:-$(nproc)}
+# Step 7's collectives (All-Reduce is step 6's).
+others=(all_gather reduce_scatter broadcast reduce alltoall gather scatter)
+perfs=(allreduce_perf)
+for c in "${others[@]}"; do perfs+=("${c}_perf"); done
 start=$SECONDS
 step() { echo; echo "== [$((SECONDS - start))s] $*"; }
 double=${COLL_GPU_CHECK_DOUBLE:-}
@@ -70,8 +78,8 @@ if [ "$prebuilt" = 0 ]; then
   timeout 120 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON "${launcher[@]}" \
     ${CMAKE_ARGS:-} >"$build.configure.log" 2>&1 || { tail -30 "$build.configure.log"; exit 1; }
   step "build with $jobs jobs"
-  timeout 300 cmake --build "$build" -j "$jobs" --target collective collrun allreduce_perf cuda_memcpy_perf \
-    test_gpu_calls test_device_kernels >"$build.build.log" 2>&1 || { tail -40 "$build.build.log"; exit 1; }
+  timeout 300 cmake --build "$build" -j "$jobs" --target collective collrun "${perfs[@]}" cuda_memcpy_perf \
+    test_gpu_calls test_gpu_ipc test_device_kernels >"$build.build.log" 2>&1 || { tail -40 "$build.build.log"; exit 1; }
   echo "built in $((SECONDS - start)) s"
   if [ "$build_only" = 1 ]; then exit 0; fi
 fi
@@ -103,6 +111,8 @@ command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi -L || true
 if [ -z "$double" ]; then
   step "test_gpu_calls on the real driver"
   COLL_GPU_TEST_REAL_DRIVER=1 timeout 180 "$build/tests/test_gpu_calls" --gtest_brief=1
+  step "test_gpu_ipc on the real driver"
+  COLL_GPU_TEST_REAL_DRIVER=1 timeout 300 "$build/tests/test_gpu_ipc" --gtest_brief=1
   step "test_device_kernels"
   timeout 120 "$build/tests/test_device_kernels" --gtest_brief=1
   step "quantization kernels (bench/quant_gpu_check.sh)"
@@ -148,4 +158,25 @@ for p in 1 2 4; do
     printf "%5d  %12.2f  %10.2f  %12.2f  %12.3f  %12.2f  %12.3f\n", p, bb, t, link, r1, dev, r2 }'
 done
 echo "(limits in algbw GB/s; ratio = algbw / limit)"
+
+# ---- 7. every other collective, 2 ranks, checked -------------------------------------------------
+if [ "$quick" = 1 ]; then mid=1M midb=1048576; else mid=64M midb=67108864; fi
+step "the other collectives on device buffers: 2 ranks, $mid, checked"
+printf "%-16s  %12s  %8s\n" collective "busbw(GB/s)" "#wrong"
+failed=0
+for c in "${others[@]}"; do
+  json=$(mktemp)
+  if ! timeout 120 "$collrun" -np 2 --timeout 110 "$bin/${c}_perf" -G 1 -b "$mid" -e "$mid" -w "$w" -n "$n" -c 1 \
+    --json "$json" >"$json.log" 2>&1; then
+    tail -5 "$json.log"
+    failed=1
+  fi
+  read -r bb < <(awk -v s="\"size\": $midb," 'index($0, s) { split($0, y, "\"busbw_gbs\": "); split(y[2], b, ",");
+      print b[1]; exit }' "$json")
+  read -r wrong < <(awk -F'"wrong_total": ' 'NF > 1 { split($2, a, ","); print a[1]; exit }' "$json")
+  printf "%-16s  %12s  %8s\n" "$c" "${bb:-fail}" "${wrong:-?}"
+  if [ "${wrong:-1}" != 0 ]; then failed=1; fi
+  rm -f "$json" "$json.log"
+done
+if [ "$failed" != 0 ]; then echo "gpu_check: a collective failed or gave wrong results (above)"; exit 1; fi
 echo "gpu_check: done in $((SECONDS - start)) s"

@@ -21,16 +21,12 @@
 #include "src/kernels/reduce.h"
 #include "src/schedule/schedule.h"
 #include "tests/unit/comm_threads.h"
+#include "tests/unit/gpu_test_driver.h"
 
 namespace coll {
 namespace {
 
-// COLL_GPU_TEST_REAL_DRIVER=1 (bench/gpu_check.sh on a GPU machine): the real driver
-// (COLL_CUDA_DRIVER as set, else libcuda.so.1); tests that need the double or two devices skip.
-const bool kRealDriver = [] {
-  const char* v = getenv("COLL_GPU_TEST_REAL_DRIVER");
-  return v != nullptr && strcmp(v, "1") == 0;
-}();
+const bool kRealDriver = testutil::gpuTestOnRealDriver();  // tests/unit/gpu_test_driver.h
 
 // Before anything loads the driver: the double, two devices, a small staging chunk so that the
 // pipelined path runs at test sizes.
@@ -43,8 +39,6 @@ const bool kEnvironment = [] {
   return true;
 }();
 
-#define SKIP_ON_REAL_DRIVER() \
-  if (kRealDriver) GTEST_SKIP() << "needs the CUDA test double (COLL_GPU_TEST_REAL_DRIVER=1)"
 #define SKIP_BELOW_TWO_DEVICES() \
   if (cuda().deviceCount < 2) GTEST_SKIP() << "needs two CUDA devices"
 
@@ -52,7 +46,7 @@ using testutil::withComms;
 
 const gpu::CudaDriver& cuda() {
   const gpu::CudaDriver* cu = gpu::cudaDriver();
-  EXPECT_NE(cu, nullptr) << "the CUDA double did not load";
+  EXPECT_NE(cu, nullptr) << "the CUDA driver did not load";
   return *cu;
 }
 

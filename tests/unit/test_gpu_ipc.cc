@@ -11,6 +11,8 @@
 //  - ranks that cannot reach each other (another device of the same process) fall back to staging;
 //  - 2 and 4 processes sharing device 0 (real cross-process IPC handles of the double): this test
 //    binary re-executed as each rank (GpuIpcChild.*).
+// With COLL_GPU_TEST_REAL_DRIVER=1 the same tests run on a GPU (bench/gpu_check.sh), less those
+// that need the double's hooks or its second device.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -31,6 +33,7 @@
 #include "src/gpu/cuda_driver.h"
 #include "src/kernels/reduce.h"
 #include "tests/unit/comm_threads.h"
+#include "tests/unit/gpu_test_driver.h"
 
 extern char** environ;
 
@@ -39,11 +42,15 @@ namespace {
 
 constexpr size_t kChunk = 4096;  // COLL_GPU_IPC_CHUNK in these tests: many chunks at small counts
 
+const bool kRealDriver = testutil::gpuTestOnRealDriver();  // tests/unit/gpu_test_driver.h
+
 // Before anything loads the driver: the double (two devices, unless a parent process chose), a
 // small IPC chunk. A child rank of the multi-process test inherits its parent's settings.
 const bool kEnvironment = [] {
-  setenv("COLL_CUDA_DRIVER", COLL_CUDA_DOUBLE_PATH, 1);
-  setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 0);
+  if (!kRealDriver) {
+    setenv("COLL_CUDA_DRIVER", COLL_CUDA_DOUBLE_PATH, 1);
+    setenv("COLL_CUDA_DOUBLE_DEVICES", "2", 0);
+  }
   setenv("COLL_GPU_IPC_CHUNK", "4K", 1);
   return true;
 }();
@@ -53,7 +60,7 @@ using testutil::withComms;
 
 const gpu::CudaDriver& cuda() {
   const gpu::CudaDriver* cu = gpu::cudaDriver();
-  EXPECT_NE(cu, nullptr) << "the CUDA double did not load";
+  EXPECT_NE(cu, nullptr) << "the CUDA driver did not load";
   return *cu;
 }
 
@@ -337,6 +344,7 @@ TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
 
 // The scratch is freed when the communicator is destroyed, also by a thread with no CUDA context.
 TEST(GpuIpc, ScratchIsFreedOnDestroy) {
+  SKIP_ON_REAL_DRIVER();  // counts the double's allocations
   (void)cuda();  // loaded by the library first
   void* handle = dlopen(COLL_CUDA_DOUBLE_PATH, RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(handle, nullptr);
@@ -365,6 +373,7 @@ TEST(GpuIpc, ScratchIsFreedOnDestroy) {
 // Ranks of one process on different devices cannot use each other's pointers (no peer access is
 // enabled): every rank stages, and the results are right.
 TEST(GpuIpc, UnreachablePeersFallBackToStaging) {
+  SKIP_ON_REAL_DRIVER();  // the double's two devices, never peers
   const int n = 2;
   const uint64_t before = deviceIpcCollectives();
   withComms(n, [&](int rank, collComm_t comm) {
@@ -757,9 +766,15 @@ TEST(GpuIpc, ThreeProcessesShareByFileDescriptor) { runProcesses(3, -1, "fd"); }
 TEST(GpuIpc, ThreeProcessesShareByLegacyHandle) { runProcesses(3, -1, "legacy"); }
 // One rank unable to map its peers' registered buffers: every rank agrees to take the scratch for
 // those calls (right results, none counted as registered).
-TEST(GpuIpc, AFailedRegisteredOpenMakesEveryRankUseTheScratch) { runProcesses(3, -1, "fd", 1); }
+TEST(GpuIpc, AFailedRegisteredOpenMakesEveryRankUseTheScratch) {
+  SKIP_ON_REAL_DRIVER();  // errors injected into the double
+  runProcesses(3, -1, "fd", 1);
+}
 // One rank failing to open a peer's handle: every rank stages (they agree), with right results.
-TEST(GpuIpc, AFailedOpenOnOneRankMakesEveryRankStage) { runProcesses(3, 1); }
+TEST(GpuIpc, AFailedOpenOnOneRankMakesEveryRankStage) {
+  SKIP_ON_REAL_DRIVER();  // errors injected into the double
+  runProcesses(3, 1);
+}
 
 // One rank of runProcesses (skipped when run on its own): All-Reduce of several types and ops
 // over real cross-process IPC handles, exact results, every call on the IPC path.
@@ -769,7 +784,7 @@ TEST(GpuIpcChild, Rank) {
   const int rank = atoi(rankText), n = atoi(getenv("COLL_IPC_TEST_NRANKS"));
   collUniqueId id;
   ASSERT_TRUE(unhex(getenv("COLL_IPC_TEST_ID"), &id, sizeof id));
-  ASSERT_EQ(cuda().deviceCount, 1);
+  if (!kRealDriver) ASSERT_EQ(cuda().deviceCount, 1);  // COLL_CUDA_DOUBLE_DEVICES=1
   ASSERT_TRUE(gpu::setCurrentDevice(cuda(), 0).ok());
   collComm_t comm = nullptr;
   ASSERT_EQ(collCommInitRank(&comm, n, id, rank), collSuccess) << collGetLastError(nullptr);
