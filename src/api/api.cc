@@ -376,8 +376,7 @@ Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* 
   } else {
     out->hostStream.reset();
   }
-  std::string why;
-  const gpu::CudaDriver* cu = gpu::cudaDriver(&why);
+  const gpu::CudaDriver* cu = gpu::cudaDriver();  // why it is missing: asked only for the error below
   uint64_t sendElems = 0, recvElems = 0;
   bufferElements(a, comm.rank(), comm.nranks(), &sendElems, &recvElems);
   const size_t es = a.kind == CollKind::Barrier ? 1 : dataTypeSize(a.dtype);
@@ -391,7 +390,10 @@ Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* 
   int device = -1;
   for (Buf& b : bufs) {
     if (b.bytes == 0 || b.ptr == nullptr) continue;
-    COLL_TRY(gpu::classifyPointer(cu, b.ptr, &b.info).withContext(std::string(what) + ": " + b.name));
+    // The context is built on failure only: every host call passes here.
+    if (Status st = gpu::classifyPointer(cu, b.ptr, &b.info); !st.ok()) {
+      return st.withContext(std::string(what) + ": " + b.name);
+    }
     if (gpu::onDevice(b.info.kind)) {
       if (anyDevice && b.info.device != device) {
         return makeError(collInvalidArgument, "%s: sendbuff is on CUDA device %d but recvbuff on device %d", what,
@@ -412,6 +414,8 @@ Status placeCall(Comm& comm, const CollArgs& a, collStream_t stream, Placement* 
   const bool cudaStream = stream != nullptr && !out->hostStream;
   if (!anyDevice && !cudaStream) return okStatus();  // host buffers, NULL or a host stream: the host path
   if (cu == nullptr) {
+    std::string why;
+    (void)gpu::cudaDriver(&why);
     return makeError(collInvalidArgument,
                      "%s: stream %p is not a host stream (collHostStreamCreate), and CUDA is not available here "
                      "(%s)",
