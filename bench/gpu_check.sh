@@ -14,8 +14,9 @@
 #   5. cuda_memcpy_perf: B = device-to-device copy bandwidth, H2D/D2H = pinned host<->device.
 #   6. allreduce_perf on device buffers (-G 1), 1, 2 and 4 ranks sharing the GPU, 8 B and 256 MiB,
 #      -w 5 -n 20, and ONE table.
-#   7. every other collective on device buffers, 2 ranks, 64 MiB, results checked (-c 1): busbw
-#      and #wrong per collective (a check that each runs right on the GPU, not a limit).
+#   7. every other collective on device buffers, and the int4-compressed All-Reduce (error
+#      feedback, a device residual), 2 ranks, 64 MiB, results checked (-c 1): busbw and #wrong
+#      each (a check that each runs right on the GPU, not a limit).
 # The table, for p ranks, N = 256 MiB, t = the out-of-place time:
 #   algbw = N / t,  busbw = algbw * 2(p-1)/p (nccl-tests; 0 for p = 1)
 #   staged limit (what the library does today: D2H copy, host All-Reduce over shared memory, H2D
@@ -164,14 +165,20 @@ if [ "$quick" = 1 ]; then mid=1M midb=1048576; else mid=64M midb=67108864; fi
 step "the other collectives on device buffers: 2 ranks, $mid, checked"
 printf "%-16s  %12s  %8s\n" collective "busbw(GB/s)" "#wrong"
 failed=0
-for c in "${others[@]}"; do
+for c in "${others[@]}" allreduce_int4; do
+  extra=() perf=${c}_perf size=$mid sizeb=$midb
+  if [ "$c" = allreduce_int4 ]; then
+    extra=(--compress int4:feedback) perf=allreduce_perf
+    # --quick runs on the CUDA double, whose kernels run on host threads: a small size.
+    if [ "$quick" = 1 ]; then size=32K sizeb=32768; fi
+  fi
   json=$(mktemp)
-  if ! timeout 120 "$collrun" -np 2 --timeout 110 "$bin/${c}_perf" -G 1 -b "$mid" -e "$mid" -w "$w" -n "$n" -c 1 \
-    --json "$json" >"$json.log" 2>&1; then
+  if ! timeout 120 "$collrun" -np 2 --timeout 110 "$bin/$perf" -G 1 -b "$size" -e "$size" -w "$w" -n "$n" -c 1 \
+    "${extra[@]}" --json "$json" >"$json.log" 2>&1; then
     tail -5 "$json.log"
     failed=1
   fi
-  read -r bb < <(awk -v s="\"size\": $midb," 'index($0, s) { split($0, y, "\"busbw_gbs\": "); split(y[2], b, ",");
+  read -r bb < <(awk -v s="\"size\": $sizeb," 'index($0, s) { split($0, y, "\"busbw_gbs\": "); split(y[2], b, ",");
       print b[1]; exit }' "$json")
   read -r wrong < <(awk -F'"wrong_total": ' 'NF > 1 { split($2, a, ","); print a[1]; exit }' "$json")
   printf "%-16s  %12s  %8s\n" "$c" "${bb:-fail}" "${wrong:-?}"

@@ -208,7 +208,7 @@ class Runner {
     if (dev_ != nullptr) {
       std::string ignored;
       (void)dev_->synchronize(&ignored);
-      for (void* p : {send_, recv_, wantSend_, wantRecv_}) {
+      for (void* p : {send_, recv_, wantSend_, wantRecv_, deviceResidual_}) {
         if (p != nullptr) dev_->release(p);
       }
     } else {
@@ -247,10 +247,8 @@ class Runner {
       }
       busy_.calibrate();
     }
-    if (dev_ != nullptr && (opts_.stream || opts_.compress.enabled)) {
-      if (rank_ == 0)
-        fprintf(stderr, "%s: %s takes host buffers: add --host (or -G 0)\n", info_.name,
-                opts_.stream ? "--stream" : "--compress");
+    if (dev_ != nullptr && opts_.stream) {
+      if (rank_ == 0) fprintf(stderr, "%s: --stream takes host buffers: add --host (or -G 0)\n", info_.name);
       return 2;
     }
     if (dev_ != nullptr && opts_.check) {
@@ -292,8 +290,19 @@ class Runner {
       memset(send_, 0, bufBytes);
       memset(recv_, 0, bufBytes);
     }
-    // Up to bufBytes / 2 elements (16-bit types), one float of residual each.
-    if (opts_.compress.feedback) residual_.assign(bufBytes / 2, 0.0f);
+    // Up to bufBytes / 2 elements (16-bit types), one float of residual each; with device buffers
+    // the residual is device memory too (the call refuses a mix), and this one stays zero as the
+    // source that clears it.
+    if (opts_.compress.feedback) {
+      residual_.assign(bufBytes / 2, 0.0f);
+      std::string err;
+      if (dev_ != nullptr && (!dev_->alloc(bufBytes * 2, &deviceResidual_, &err) ||
+                              !dev_->upload(deviceResidual_, residual_.data(), bufBytes * 2, &err))) {
+        fprintf(stderr, "rank %d: cannot allocate the device residual of %zu bytes: %s\n", rank_, bufBytes * 2,
+                err.c_str());
+        return 2;
+      }
+    }
     if (opts_.timeoutSec > 0) signal(SIGALRM, onAlarm);
 
     // Collectives without an op run once per type (nccl-tests prints "none").
@@ -342,8 +351,17 @@ class Runner {
     return {};
   }
 
-  void clearResidual(size_t count) {
-    if (!residual_.empty()) std::fill(residual_.begin(), residual_.begin() + static_cast<long>(count), 0.0f);
+  bool clearResidual(size_t count) {
+    if (residual_.empty()) return true;
+    if (deviceResidual_ == nullptr) {
+      std::fill(residual_.begin(), residual_.begin() + static_cast<long>(count), 0.0f);
+      return true;
+    }
+    std::string err;
+    if (!dev_->upload(deviceResidual_, residual_.data(), count * sizeof(float), &err)) {
+      return fail("clearing the device residual", err);
+    }
+    return true;
   }
 
   bool fail(const std::string& what, const std::string& error) {
@@ -391,7 +409,9 @@ class Runner {
     CollCall c = makeCall(coll_, row.shape, row.type, row.op, row.root, rank_, inPlace, send_, recv_);
     if (opts_.compress.enabled) {
       c.compress = &compression_;
-      c.residual = residual_.empty() ? nullptr : residual_.data();
+      c.residual = deviceResidual_ != nullptr ? static_cast<float*>(deviceResidual_)
+                   : residual_.empty()       ? nullptr
+                                             : residual_.data();
     }
     return c;
   }
@@ -448,12 +468,19 @@ class Runner {
     const CollCall call = callFor(row, inPlace);
     const size_t count = row.shape.count, bytes = count * typeSize(row.type);
     const uint64_t seed = row.bytes() * 131 + static_cast<uint64_t>(row.type) * 7 + (inPlace ? 1 : 0);
-    void* in = inPlace ? recv_ : send_;
+    // Device buffers: prepared and checked in their host images (hostSend_, hostRecv_).
+    void* send = dev_ != nullptr ? hostSend_.get() : send_;
+    void* recv = dev_ != nullptr ? hostRecv_.get() : recv_;
+    void* in = inPlace ? recv : send;
     fillCompressInput(in, count, row.type, rank_, seed);
-    if (!inPlace) memset(recv_, 0xa5, bytes);
-    clearResidual(count);
+    if (!inPlace) memset(recv, 0xa5, bytes);
+    if (dev_ != nullptr && (!dev_->upload(recv_, recv, bytes, &err) || (!inPlace && !dev_->upload(send_, send, bytes, &err))))
+      return fail("uploading the check's inputs", err);
+    if (!clearResidual(count)) return false;
     if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
-    CompressCheck c = checkCompressed(static_cast<const void*>(recv_), count, row.type, row.op, nranks_, opts_.compress, seed);
+    if (dev_ != nullptr && (!dev_->download(recv, recv_, bytes, &err) || (!inPlace && !dev_->download(send, send_, bytes, &err))))
+      return fail("downloading the result", err);
+    CompressCheck c = checkCompressed(static_cast<const void*>(recv), count, row.type, row.op, nranks_, opts_.compress, seed);
     size_t wrong = c.wrong;
     if (wrong > 0) {
       fprintf(stderr, "rank %d: %s: %zu elements beyond the tolerance; first: %s\n", rank_,
@@ -462,12 +489,12 @@ class Runner {
     if (!inPlace) {
       std::vector<unsigned char> fresh(bytes);
       fillCompressInput(fresh.data(), count, row.type, rank_, seed);
-      if (bytes > 0 && memcmp(fresh.data(), send_, bytes) != 0) {
+      if (bytes > 0 && memcmp(fresh.data(), send, bytes) != 0) {
         fprintf(stderr, "rank %d: out-of-place: the send buffer changed\n", rank_);
         ++wrong;
       }
     }
-    const unsigned long long h = hashBytes(recv_, bytes);
+    const unsigned long long h = hashBytes(recv, bytes);
     unsigned long long hmax = 0, hmin = 0;
     if (!be_.allReduce(&h, &hmax, 1, collUint64, collMax, &err) ||
         !be_.allReduce(&h, &hmin, 1, collUint64, collMin, &err))
@@ -566,7 +593,7 @@ class Runner {
   }
 
   bool runOne(Row* row) {
-    clearResidual(row->shape.count);
+    if (!clearResidual(row->shape.count)) return false;
     if (!timed(*row, false, &row->oop)) return false;
     // After timed(): its warm-up calls keep connection set-up out of the overlap figures.
     if (opts_.stream && !measureOverlap(*row, &row->overlap)) return false;
@@ -782,7 +809,8 @@ class Runner {
   size_t units_ = 1;  // busy-loop units of the current size
   bool showWire_ = false;
   collCompression_t compression_{};
-  std::vector<float> residual_;  // --compress ...:feedback
+  std::vector<float> residual_;     // --compress ...:feedback (host buffers: the residual itself)
+  void* deviceResidual_ = nullptr;  // ... with device buffers
 };
 
 }  // namespace

@@ -29,14 +29,14 @@ int main(int argc, char** argv) {
   int rc = coll::perf::parsePerfOptions(argc, argv, program, &opts);
   if (rc >= 0) return rc;
 
-  // Device buffers: by default where CUDA has a device and no host-only mode (--stream, --compress)
-  // was asked for. The device (local rank % device count) is made current before the communicator
+  // Device buffers: by default where CUDA has a device and the host-only mode (--stream) was not
+  // asked for. The device (local rank % device count) is made current before the communicator
   // is created, so the communicator is on it (collCommCuDevice).
   std::unique_ptr<coll::perf::PerfDevice> device;
   {
     std::string why;
     const int devices = opts.deviceBuffers == 0 ? 0 : coll::perf::cudaDeviceCount(&why);
-    const bool hostOnly = opts.stream || opts.compress.enabled;
+    const bool hostOnly = opts.stream;
     if (opts.deviceBuffers == 1 && devices <= 0) {
       fprintf(stderr, "%s: -G 1: no CUDA device: %s\n", program, why.c_str());
       return 2;
