@@ -410,8 +410,8 @@ class Runner {
     if (opts_.compress.enabled) {
       c.compress = &compression_;
       c.residual = deviceResidual_ != nullptr ? static_cast<float*>(deviceResidual_)
-                   : residual_.empty()       ? nullptr
-                                             : residual_.data();
+                   : residual_.empty()        ? nullptr
+                                              : residual_.data();
     }
     return c;
   }
@@ -474,13 +474,16 @@ class Runner {
     void* in = inPlace ? recv : send;
     fillCompressInput(in, count, row.type, rank_, seed);
     if (!inPlace) memset(recv, 0xa5, bytes);
-    if (dev_ != nullptr && (!dev_->upload(recv_, recv, bytes, &err) || (!inPlace && !dev_->upload(send_, send, bytes, &err))))
+    if (dev_ != nullptr &&
+        (!dev_->upload(recv_, recv, bytes, &err) || (!inPlace && !dev_->upload(send_, send, bytes, &err))))
       return fail("uploading the check's inputs", err);
     if (!clearResidual(count)) return false;
     if (!issue(call, &err) || !syncStream(&err)) return fail(std::string("check ") + info_.name, err);
-    if (dev_ != nullptr && (!dev_->download(recv, recv_, bytes, &err) || (!inPlace && !dev_->download(send, send_, bytes, &err))))
+    if (dev_ != nullptr &&
+        (!dev_->download(recv, recv_, bytes, &err) || (!inPlace && !dev_->download(send, send_, bytes, &err))))
       return fail("downloading the result", err);
-    CompressCheck c = checkCompressed(static_cast<const void*>(recv), count, row.type, row.op, nranks_, opts_.compress, seed);
+    CompressCheck c =
+        checkCompressed(static_cast<const void*>(recv), count, row.type, row.op, nranks_, opts_.compress, seed);
     size_t wrong = c.wrong;
     if (wrong > 0) {
       fprintf(stderr, "rank %d: %s: %zu elements beyond the tolerance; first: %s\n", rank_,

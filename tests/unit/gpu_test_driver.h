@@ -19,6 +19,10 @@ inline bool gpuTestOnRealDriver() {
 
 }  // namespace coll::testutil
 
-#define SKIP_ON_REAL_DRIVER()                          \
-  if (::coll::testutil::gpuTestOnRealDriver()) \
-  GTEST_SKIP() << "needs the CUDA test double (COLL_GPU_TEST_REAL_DRIVER=1)"
+// A statement of its own (safe inside an unbraced if/else).
+#define SKIP_ON_REAL_DRIVER()                                                     \
+  do {                                                                            \
+    if (::coll::testutil::gpuTestOnRealDriver()) {                                \
+      GTEST_SKIP() << "needs the CUDA test double (COLL_GPU_TEST_REAL_DRIVER=1)"; \
+    }                                                                             \
+  } while (0)
