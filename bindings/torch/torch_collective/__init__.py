@@ -1,0 +1,92 @@
+"""libcollective as a torch.distributed backend.
+
+Importing this package registers the backend "collective"::
+
+    import torch.distributed as dist
+    import torch_collective  # noqa: F401  (registers the backend)
+    dist.init_process_group("collective")  # torchrun's environment, or init_method= / store=
+
+Every group made with that backend (the default one and those of ``dist.new_group``) runs on its
+own libcollective communicator, whose unique id travels through the c10d store PyTorch hands the
+backend. Beyond c10d: :func:`allreduce_int4` and the DDP comm hook :func:`int4_hook` (4-bit
+compressed All-Reduce with error feedback), :func:`shrink`, :func:`split`, :func:`abort` and
+:func:`failed_ranks`.
+"""
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from .hooks import Int4State, int4_hook
+
+__all__ = ["allreduce_int4", "shrink", "split", "abort", "failed_ranks", "Int4State", "int4_hook",
+           "BACKEND_NAME", "library_version"]
+
+BACKEND_NAME = "collective"
+SPLIT_NOCOLOR = _C.SPLIT_NOCOLOR
+
+
+def _create(options, pg_options=None):
+    """The backend's creator (PyTorch's extended API: the group's ranks in the default group)."""
+    timeout = options.timeout
+    if not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    return _C.create_process_group(options.store, options.group_rank, options.group_size, timeout,
+                                   list(options.global_ranks_in_group))
+
+
+def _register():
+    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
+
+
+_register()
+
+
+def _group(group):
+    return dist.distributed_c10d._get_default_group() if group is None else group
+
+
+def allreduce_int4(tensor, residual=None, group=None, block_size=64, average=False, min_bytes=0,
+                   async_op=False):
+    """All-Reduce of a float32/float16/bfloat16 tensor in place, sent as 4-bit integers with one
+    bfloat16 scale per block of ``block_size`` elements; ``residual`` (float32, same number of
+    elements, zeros at the start) carries what quantization lost into the next call (error
+    feedback). Returns the Work when ``async_op``."""
+    work = _C.allreduce_int4(_group(group), tensor, residual, block_size, average, min_bytes)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def shrink(exclude_ranks, group=None):
+    """A new process group of the ranks of ``group`` not in ``exclude_ranks`` (ranks of that group,
+    e.g. from :func:`failed_ranks`), in the same order, made without the excluded ranks (they may be
+    dead). Every surviving rank calls it with the same list. Use the group it returns as ``group=``
+    of the torch.distributed calls."""
+    return _C.shrink(_group(group), list(exclude_ranks))
+
+
+def split(color, key=0, group=None):
+    """collCommSplit over ``group`` (every member calls it): the ranks with the same ``color`` form a
+    new process group ordered by ``key``; ``SPLIT_NOCOLOR`` gives None."""
+    return _C.split(_group(group), color, key)
+
+
+def abort(group=None):
+    """Stops the group's communicator at once, without waiting for peers: work in flight and
+    queued work fails (``wait()`` raises)."""
+    _C.abort(_group(group))
+
+
+def failed_ranks(group=None):
+    """The ranks of ``group`` this process knows to have failed."""
+    return _C.failed_ranks(_group(group))
+
+
+def library_version():
+    """libcollective's version as major * 10000 + minor * 100 + patch."""
+    return _C.library_version()
