@@ -67,8 +67,28 @@ sanitized_ctest() {
 
 phase_deps() { bash .ci/deps; }
 
+# The PyTorch backend is required here (COLL_ENABLE_TORCH=ON): .ci/deps installs what it needs, and
+# its pytest suite must not vanish silently from CI. Its counts are printed after ctest's.
 phase_build() {
-  cmake -S . -B build && cmake --build build -j2 && ctest --test-dir build -L ci --output-on-failure -j2
+  local rc=0
+  cmake -S . -B build -DCOLL_ENABLE_TORCH=ON && cmake --build build -j2 || return 1
+  rm -f build/pytest-torch.xml
+  ctest --test-dir build -L ci --output-on-failure -j2 || rc=$?
+  pytest_summary build/pytest-torch.xml
+  return $rc
+}
+
+# "pytest: N tests, P passed, F failed, E errors, S skipped" from pytest's JUnit XML.
+pytest_summary() {
+  [ -f "$1" ] || { echo "==== pytest: no results ($1 missing)"; return 0; }
+  /usr/bin/python3 - "$1" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+n, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+print("==== pytest (bindings/torch/tests): %d tests, %d passed, %d failed, %d errors, %d skipped in %.0f s"
+      % (n, n - f - e - s, f, e, s, float(suite.get("time", 0))))
+PY
 }
 
 phase_asan_ubsan() {
