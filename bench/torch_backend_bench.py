@@ -9,7 +9,8 @@ Measured:
   ddp        DistributedDataParallel steps (forward, backward with DDP's bucketed All-Reduce,
              zero_grad) of an MLP with ~25M parameters; communication time per step is the
              median step time minus the median step time of the same model under no_sync()
-             (the same compute, no All-Reduce), measured in the same round.
+             (the same compute, no All-Reduce), measured in the same round; the job's
+             first two steps per backend are reported beside it (cold calls count).
 """
 import argparse
 import datetime
@@ -49,7 +50,8 @@ def make_model(hidden, layers, seed):
     return torch.nn.Sequential(*mods)
 
 
-def time_ddp(ddp, data, steps, warmup, gloo, sync):
+def time_ddp(ddp, data, steps, warmup, gloo, sync, first=None):
+    """Median step time after warmup steps; the first steps' times go to first (a list) if given."""
     times = []
     for i in range(warmup + steps):
         dist.barrier(group=gloo)
@@ -60,8 +62,11 @@ def time_ddp(ddp, data, steps, warmup, gloo, sync):
             with ddp.no_sync():
                 ddp(data).sum().backward()
         ddp.zero_grad(set_to_none=False)
+        elapsed = slowest(time.perf_counter() - start, gloo)
+        if first is not None and len(first) < 2:
+            first.append(elapsed)
         if i >= warmup:
-            times.append(slowest(time.perf_counter() - start, gloo))
+            times.append(elapsed)
     return statistics.median(times)
 
 
@@ -110,22 +115,25 @@ def main():
         params = sum(t.numel() for t in models["gloo"].parameters())
         step = {b: [] for b in groups}
         compute = {b: [] for b in groups}
+        cold = {b: [] for b in groups}  # steps 1 and 2 of the job (cold calls count)
         for _ in range(a.rounds):
             for b, m in models.items():
-                step[b].append(time_ddp(m, data, a.steps, a.warmup, gloo, True))
+                step[b].append(time_ddp(m, data, a.steps, a.warmup, gloo, True, cold[b]))
                 compute[b].append(time_ddp(m, data, a.steps, 1, gloo, False))
         lines.append("")
         lines.append("DDP, MLP %d x Linear(%d, %d): %.1fM parameters, batch %d, %d ranks; medians of %d rounds"
                      % (a.layers, a.hidden, a.hidden, params / 1e6, a.batch, world, a.rounds))
-        lines.append("%12s %12s %12s %12s" % ("backend", "step ms", "compute ms", "comm ms"))
+        lines.append("%12s %12s %12s %12s %12s %12s" % ("backend", "step ms", "compute ms", "comm ms", "step 1 ms",
+                                                      "step 2 ms"))
         result["ddp"] = {"parameters": params}
         comm = {}
         for b in groups:
             s, c = statistics.median(step[b]), statistics.median(compute[b])
             comm[b] = s - c
-            lines.append("%12s %12.1f %12.1f %12.1f" % (b, s * 1e3, c * 1e3, comm[b] * 1e3))
+            lines.append("%12s %12.1f %12.1f %12.1f %12.1f %12.1f" % (b, s * 1e3, c * 1e3, comm[b] * 1e3,
+                                                                cold[b][0] * 1e3, cold[b][1] * 1e3))
             result["ddp"][b] = {"step_s": s, "compute_s": c, "comm_s": s - c, "all_step_s": step[b],
-                                "all_compute_s": compute[b]}
+                                "all_compute_s": compute[b], "first_steps_s": cold[b]}
         ratio = comm["gloo"] / comm["collective"] if comm["collective"] > 0 else float("nan")
         lines.append("communication per step, gloo/collective: %.2fx" % ratio)
         result["ddp"]["comm_ratio_gloo_over_collective"] = ratio
