@@ -12,12 +12,18 @@ backend. Beyond c10d: :func:`allreduce_int4` and the DDP comm hook :func:`int4_h
 compressed All-Reduce with error feedback), :func:`shrink`, :func:`split`, :func:`abort` and
 :func:`failed_ranks`.
 """
+import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from . import _C
+# One lane per communicator unless the user chose otherwise: each group's worker issues one call
+# at a time, so a second lane would only add a second set of connections, made on its first call
+# (a slower first step, and a peer lost before that call is found by the timeout, not at once).
+os.environ.setdefault("COLL_STREAM_LANES", "1")
+
+from . import _C  # noqa: E402
 from .hooks import Int4State, int4_hook
 
 __all__ = ["allreduce_int4", "shrink", "split", "abort", "failed_ranks", "Int4State", "int4_hook",
@@ -46,7 +52,13 @@ _register()
 
 
 def _group(group):
-    return dist.distributed_c10d._get_default_group() if group is None else group
+    if group is None:
+        return dist.distributed_c10d._get_default_group()
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        # What dist.new_group gives the ranks it leaves out: not a process group at all.
+        raise ValueError("torch_collective: this process (global rank %d) is not a member of the given group "
+                         "(dist.new_group returned GroupMember.NON_GROUP_MEMBER here)" % dist.get_rank())
+    return group
 
 
 def allreduce_int4(tensor, residual=None, group=None, block_size=64, average=False, min_bytes=0,
@@ -62,18 +74,38 @@ def allreduce_int4(tensor, residual=None, group=None, block_size=64, average=Fal
     return None
 
 
+_adopted = 0
+
+
+def _adopt(pg):
+    """Enters a group made by shrink or split into torch.distributed's group tables (as new_group
+    does), so every torch.distributed call takes it as ``group=``, those that name a rank too.
+    Collective over the new group: its members exchange their global ranks."""
+    global _adopted
+    if pg is None:
+        return None
+    c10d = dist.distributed_c10d
+    mine = torch.tensor([dist.get_rank()], dtype=torch.int64)
+    ranks = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
+    pg.allgather([ranks], [mine]).wait()
+    c10d._pg_group_ranks[pg] = {int(g.item()): r for r, g in enumerate(ranks)}
+    c10d._pg_map[pg] = (dist.Backend(BACKEND_NAME), c10d._pg_map[c10d._get_default_group()][1])
+    _adopted += 1
+    c10d._pg_names[pg] = "torch_collective_%d" % _adopted
+    return pg
+
+
 def shrink(exclude_ranks, group=None):
     """A new process group of the ranks of ``group`` not in ``exclude_ranks`` (ranks of that group,
     e.g. from :func:`failed_ranks`), in the same order, made without the excluded ranks (they may be
-    dead). Every surviving rank calls it with the same list. Use the group it returns as ``group=``
-    of the torch.distributed calls."""
-    return _C.shrink(_group(group), list(exclude_ranks))
+    dead). Every surviving rank calls it with the same list; pass the result as ``group=``."""
+    return _adopt(_C.shrink(_group(group), list(exclude_ranks)))
 
 
 def split(color, key=0, group=None):
     """collCommSplit over ``group`` (every member calls it): the ranks with the same ``color`` form a
-    new process group ordered by ``key``; ``SPLIT_NOCOLOR`` gives None."""
-    return _C.split(_group(group), color, key)
+    new process group ordered by ``key`` (pass it as ``group=``); ``SPLIT_NOCOLOR`` gives None."""
+    return _adopt(_C.split(_group(group), color, key))
 
 
 def abort(group=None):
