@@ -66,7 +66,9 @@ Status Lanes::interrupted() {
     Status why = parent_.failure_.checkUsable();
     return why.ok() ? makeError(collRemoteError, "the communicator failed while making a stream lane") : why;
   }
-  return okStatus();
+  // No call of the parent runs while a lane waits here, so nothing else would notice a local peer
+  // that died after the parent's last call: ask (a dead one is recorded and its death propagated).
+  return parent_.links_.checkHealth();
 }
 
 Status Lanes::recvPolling(int peer, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize, Deadline deadline) {
