@@ -66,8 +66,9 @@ Status Lanes::interrupted() {
     Status why = parent_.failure_.checkUsable();
     return why.ok() ? makeError(collRemoteError, "the communicator failed while making a stream lane") : why;
   }
-  // No call of the parent runs while a lane waits here, so nothing else would notice a local peer
+  // Often no call of the parent runs while a lane waits here, so nothing would notice a local peer
   // that died after the parent's last call: ask (a dead one is recorded and its death propagated).
+  // Thread-safe beside the parent's own calls: it only polls the peers' pid descriptors.
   return parent_.links_.checkHealth();
 }
 
