@@ -307,7 +307,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::enqueue(c10d::OpType type
   return work;
 }
 
-void ProcessGroupCollective::throwFailure(const char* what, collResult_t result) {
+std::string ProcessGroupCollective::failureText(const char* what, collResult_t result) {
   std::ostringstream message;
   message << "collective backend: " << what << " failed on rank " << getRank();
   if (!globalRanks_.empty()) message << " (global rank " << globalRanks_[getRank()] << ")";
@@ -318,17 +318,31 @@ void ProcessGroupCollective::throwFailure(const char* what, collResult_t result)
     for (int64_t r : failed) message << ' ' << r;
     message << ']';
   }
-  throw std::runtime_error(message.str());
+  return message.str();
 }
 
 void ProcessGroupCollective::runOnStream(const char* what, const std::function<collResult_t(collStream_t)>& issue) {
   collResult_t result = issue(stream_);
   if (result != collSuccess) {
     (void)collHostStreamSynchronize(stream_);  // what was queued before the failing call
-    throwFailure(what, result);
+  } else {
+    result = collHostStreamSynchronize(stream_);
   }
-  result = collHostStreamSynchronize(stream_);
-  if (result != collSuccess) throwFailure(what, result);
+  if (result == collSuccess) return;
+  const std::string text = failureText(what, result);  // before anything else can overwrite the error
+  renewStream();
+  throw std::runtime_error(text);
+}
+
+void ProcessGroupCollective::renewStream() {
+  // A host stream keeps its first error for good: after a call that failed without breaking the
+  // communicator (COLL_CHECK's mismatch), the next calls of the group need a fresh stream.
+  collResult_t asyncError = collSuccess;
+  if (collCommGetAsyncError(comm_, &asyncError) != collSuccess || asyncError != collSuccess) return;
+  collStream_t fresh = nullptr;
+  if (collHostStreamCreate(&fresh) != collSuccess) return;
+  (void)collHostStreamDestroy(stream_);
+  stream_ = fresh;
 }
 
 void ProcessGroupCollective::requireMember(int peer, const char* what) const {
@@ -805,7 +819,7 @@ c10::intrusive_ptr<ProcessGroupCollective> ProcessGroupCollective::shrink(const 
   config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout_.count(), INT32_MAX));
   collComm_t newComm = nullptr;
   const collResult_t r = collCommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()), &newComm, &config);
-  if (r != collSuccess) throwFailure("shrink", r);
+  if (r != collSuccess) throw std::runtime_error(failureText("shrink", r));
   return wrapNewComm(newComm);
 }
 
@@ -817,7 +831,7 @@ c10::intrusive_ptr<ProcessGroupCollective> ProcessGroupCollective::split(int col
   auto fence = barrier();
   fence->wait();
   const collResult_t r = collCommSplit(comm_, color, key, &newComm, &config);
-  if (r != collSuccess) throwFailure("split", r);
+  if (r != collSuccess) throw std::runtime_error(failureText("split", r));
   if (newComm == nullptr) return {};
   return wrapNewComm(newComm);
 }

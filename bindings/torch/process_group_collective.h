@@ -126,7 +126,10 @@ class ProcessGroupCollective : public BackendBase {
   // Runs the calls that `issue` makes on the worker's host stream and waits for them; throws with
   // the library's message (naming the operation) on failure.
   void runOnStream(const char* what, const std::function<collResult_t(collStream_t)>& issue);
-  [[noreturn]] void throwFailure(const char* what, collResult_t result);
+  // The error of a failed call: operation, rank, the library's message, the known failed ranks.
+  std::string failureText(const char* what, collResult_t result);
+  // Replaces the worker's host stream after a failed call where the communicator is still usable.
+  void renewStream();
   c10::intrusive_ptr<ProcessGroupCollective> wrapNewComm(collComm_t comm);
   void requireMember(int peer, const char* what) const;
 
