@@ -283,7 +283,8 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
   }
   p2p_.schedule.clear();
   buildP2pBatch(topo_, p2p_.ops.data(), p2p_.ops.size(), &p2p_.schedule, p2p_.aliases.data(), p2p_.aliases.size());
-  ++seq_;
+  // Not a new call number: only some ranks take part, and the shared windows of every later
+  // collective match ranks by it. The batch runs as "after call seq_" (it uses no window).
   ExecBuffers buffers;
   buffers.extra = p2p_.buffers.data();
   buffers.nextra = p2p_.buffers.size();
@@ -292,7 +293,7 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
   Status status = runExecution(p2p_.execution, p2p_.schedule, buffers, "point-to-point", bytes, -1);
   if (!status.ok()) {
     Status annotated = status.withContext("rank " + std::to_string(rank()) + ": " + std::to_string(ncalls) +
-                                          " point-to-point call(s) (call " + std::to_string(seq_) + ")");
+                                          " point-to-point call(s) (after call " + std::to_string(seq_) + ")");
     if (status.code() == collRemoteError || status.code() == collTimeout || status.code() == collSystemError) {
       failure_.fail(annotated);
     }
@@ -409,7 +410,7 @@ Status Comm::enqueue(Work work) {
   // Work index w runs on lane w mod L (lanes.cc says why that cannot deadlock). An empty piece of
   // work (a group whose calls were all no-ops) only marks its stream's order: lane 0, no index.
   if (lanes_ && !(work.collectives.empty() && work.p2p.empty())) {
-    const int k = lanes_->take();
+    const int k = laneOf(work.collectives.empty());
     if (k != 0) return lanes_->enqueue(k, std::move(work));
   }
   return queue_.enqueue(std::move(work));
@@ -420,12 +421,14 @@ Comm::P2pCall Comm::p2pCallOf(const CollArgs& a) {
   return P2pCall{send, a.peer, send ? const_cast<void*>(a.sendbuff) : a.recvbuff, a.count * dataTypeSize(a.dtype)};
 }
 
+int Comm::laneOf(bool pointToPointOnly) { return pointToPointOnly ? lanes_->peek() : lanes_->take(); }
+
 Status Comm::runNow(const CollArgs& args) {
+  const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
   if (lanes_) {
-    const int k = lanes_->take();
+    const int k = laneOf(p2p);
     if (k != 0) return lanes_->runNow(k, args);
   }
-  const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
   if (!queue_.threaded()) {
     if (p2p) {
       P2pCall call = p2pCallOf(args);
@@ -448,7 +451,7 @@ Status Comm::runNow(Work work) {
       Status here = runNowHere(std::move(work));
       return drained.ok() ? here : drained;
     }
-    const int k = lanes_->take();
+    const int k = laneOf(work.collectives.empty());
     if (k != 0) return lanes_->runNow(k, std::move(work));
   }
   return runNowHere(std::move(work));

@@ -148,6 +148,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   Status checkSameCall(const CollArgs& args);
   // Lane 0's own queue and fast path (enqueue/runNow pick the lane first).
   Status runNowHere(Work work);
+  // The stream lane of the next piece of work (lanes_ set): point-to-point-only work does not
+  // advance the lane index (Lanes::peek).
+  int laneOf(bool pointToPointOnly);
 
   // ProbeChannel (the link probe's calls).
   Status transfer(bool send, int peer, void* buffer, uint64_t bytes) override;
@@ -177,7 +180,7 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   std::unique_ptr<Lanes> lanes_;  // COLL_STREAM_LANES > 1: lanes 1..L-1
   UserOps userOps_;
   bool checkCalls_ = false;  // COLL_CHECK
-  uint64_t seq_ = 0;         // calls so far; the executor's call number is seq_ after increment
+  uint64_t seq_ = 0;         // collective calls so far (every rank's same count; point-to-point batches do not count)
   collCommStats_t stats_{};
   bool loggedCompressFallback_ = false;
   std::vector<std::byte> preMulStaging_;  // scaled copy of the send buffer (PreMulSum)

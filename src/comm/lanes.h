@@ -36,6 +36,10 @@ class Lanes {
   // The lane of the next piece of work: its work index modulo the lane count. Called by the
   // thread that issues work on the communicator (every rank issues in the same order).
   int take() { return static_cast<int>(next_++ % static_cast<uint64_t>(count_)); }
+  // The lane of point-to-point work: the one the next collective takes, without taking it. Only
+  // some ranks issue it, so it must not move the index every rank counts; the two ends of a send
+  // have issued the same collectives, so they agree on the lane.
+  int peek() const { return static_cast<int>(next_ % static_cast<uint64_t>(count_)); }
 
   // Work for lane k (k > 0): queued behind the lane's earlier work, run by its progress thread.
   Status enqueue(int k, Comm::Work work);

@@ -353,3 +353,45 @@ TEST(StreamLanes, StatsSumTheLanesAndRevokeReachesThem) {
 }
 
 }  // namespace
+
+// Point-to-point among some ranks only (pipeline parallelism): ranks 0 and 1 exchange, rank 2 does
+// not, then every rank runs collectives, blocking and on a host stream. The sends must not move
+// the call numbers that the collectives' shared windows match ranks by, nor the lane index every
+// rank counts: with either, the next collective waits for a call rank 2 never makes.
+void pointToPointAmongSomeRanks(const char* lanes) {
+  ScopedEnv lanesEnv("COLL_STREAM_LANES", lanes);
+  ScopedEnv timeout("COLL_TIMEOUT", "20");
+  withComms(3, [](int rank, collComm_t comm) {
+    collStream_t s = nullptr;
+    ASSERT_EQ(collHostStreamCreate(&s), collSuccess);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> mine(1000, static_cast<float>(rank + round)), theirs(1000, -1.0f);
+      if (rank < 2) {
+        const int peer = 1 - rank;
+        ASSERT_EQ(collGroupStart(), collSuccess);
+        ASSERT_EQ(collSend(mine.data(), mine.size(), collFloat32, peer, comm, nullptr), collSuccess);
+        ASSERT_EQ(collRecv(theirs.data(), theirs.size(), collFloat32, peer, comm, nullptr), collSuccess);
+        ASSERT_EQ(collGroupEnd(), collSuccess) << collGetLastError(comm);
+        EXPECT_EQ(theirs[999], static_cast<float>(peer + round)) << "rank " << rank << " round " << round;
+        // One more on a host stream: queued point-to-point work takes no lane index either.
+        ASSERT_EQ(rank == 0 ? collSend(mine.data(), 10, collFloat32, 1, comm, s)
+                            : collRecv(theirs.data(), 10, collFloat32, 0, comm, s),
+                  collSuccess);
+      }
+      for (size_t count : {size_t{8}, size_t{1} << 18}) {
+        std::vector<float> blocking(count, 1.0f), streamed(count, 2.0f);
+        ASSERT_EQ(collAllReduce(blocking.data(), blocking.data(), count, collFloat32, collSum, comm, nullptr),
+                  collSuccess)
+            << "rank " << rank << " round " << round << ": " << collGetLastError(comm);
+        ASSERT_EQ(collAllReduce(streamed.data(), streamed.data(), count, collFloat32, collSum, comm, s), collSuccess);
+        ASSERT_EQ(collHostStreamSynchronize(s), collSuccess) << "rank " << rank << ": " << collGetLastError(comm);
+        EXPECT_EQ(blocking[count - 1], 3.0f) << "rank " << rank << " round " << round << " count " << count;
+        EXPECT_EQ(streamed[count - 1], 6.0f) << "rank " << rank << " round " << round << " count " << count;
+      }
+    }
+    EXPECT_EQ(collHostStreamDestroy(s), collSuccess);
+  });
+}
+
+TEST(StreamLanes, PointToPointAmongSomeRanksOneLane) { pointToPointAmongSomeRanks("1"); }
+TEST(StreamLanes, PointToPointAmongSomeRanksTwoLanes) { pointToPointAmongSomeRanks("2"); }

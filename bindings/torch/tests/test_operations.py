@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import RankFailure, init, report, run_ranks
+from harness import init, report, run_ranks
 
 WORLD_SIZES = (2, 3, 4)
 TORCH_MAJOR = int(torch.__version__.split(".")[0])
@@ -352,11 +352,8 @@ def gather_scatter(c):
 
 
 # ---- point to point ---------------------------------------------------------------------
-# Ungrouped sends and receives go around the whole ring, every rank making the same number of
-# calls. libcollective numbers every call on a communicator, point to point included (and with
-# COLL_STREAM_LANES > 1 runs call w on lane w mod lanes), assuming every rank makes the same
-# calls: after a send/recv that some rank sits out, the next collective of all ranks never
-# completes (test_unpaired_point_to_point_three_ranks).
+# Ungrouped sends and receives go around the whole ring; a send/recv that some ranks sit out is
+# test_unpaired_point_to_point_three_ranks.
 
 def messages(rank, salt):
     """What a rank sends its right neighbour: tagged messages of several dtypes, one of 4 MB, one
@@ -683,10 +680,6 @@ def unpaired_point_to_point(rank, world):
     dist.destroy_process_group()
 
 
-@pytest.mark.xfail(strict=True, raises=RankFailure, reason=(
-    "libcollective bug: a communicator numbers every call, point to point included (Comm::seq_; with "
-    "COLL_STREAM_LANES > 1 also the lane), assuming every rank makes the same calls; after a send/recv that rank 2 "
-    "takes no part in, the next all_reduce of all ranks times out"))
 def test_unpaired_point_to_point_three_ranks():
     """A send/recv between two of three ranks, then an all_reduce of all three (valid with NCCL and
     gloo), completes with the right values."""
