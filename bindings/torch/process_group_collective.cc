@@ -174,6 +174,21 @@ void checkSameLayout(const at::Tensor& reference, const at::Tensor& t, const cha
   requireCpu(t, what);
 }
 
+// The root's list of gather outputs or scatter inputs (one per rank, each like `like`); the other
+// ranks pass none and get an empty list.
+std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, bool isRoot,
+                                 int size, const char* what, const char* role) {
+  if (!isRoot) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "collective backend: ", what,
+                ": only the root passes ", role, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size, "collective backend: ", what,
+              " needs one list of ", size, " ", role, " tensors on the root");
+  for (const auto& t : lists[0]) checkSameLayout(like, t, what, role);
+  return lists[0];
+}
+
 // The bytes before each send's payload: its tag and size, checked by the receiver.
 struct MessageHeader {
   int64_t tag;
@@ -487,16 +502,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::gather(std::vector<std::v
   const at::Tensor& input = single(inputTensors, "gather");
   requireMember(static_cast<int>(opts.rootRank), "gather root");
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> outputs;
-  if (getRank() == root) {
-    TORCH_CHECK(outputTensors.size() == 1 && static_cast<int>(outputTensors[0].size()) == getSize(),
-                "collective backend: gather needs one list of ", getSize(), " output tensors on the root");
-    for (const auto& t : outputTensors[0]) checkSameLayout(input, t, "gather", "output");
-    outputs = outputTensors[0];
-  } else {
-    TORCH_CHECK(outputTensors.empty() || (outputTensors.size() == 1 && outputTensors[0].empty()),
-                "collective backend: gather: only the root passes output tensors");
-  }
+  std::vector<at::Tensor> outputs = rootList(outputTensors, input, getRank() == root, getSize(), "gather", "output");
   return enqueue(c10d::OpType::GATHER, outputs, [this, in = Contiguous(input), outputs, root] {
     at::Tensor flat;
     if (getRank() == root) flat = at::empty({in.dense.numel() * getSize()}, in.dense.options());
@@ -513,16 +519,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::scatter(std::vector<at::T
   const at::Tensor& output = single(outputTensors, "scatter");
   requireMember(static_cast<int>(opts.rootRank), "scatter root");
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> inputs;
-  if (getRank() == root) {
-    TORCH_CHECK(inputTensors.size() == 1 && static_cast<int>(inputTensors[0].size()) == getSize(),
-                "collective backend: scatter needs one list of ", getSize(), " input tensors on the root");
-    for (const auto& t : inputTensors[0]) checkSameLayout(output, t, "scatter", "input");
-    inputs = inputTensors[0];
-  } else {
-    TORCH_CHECK(inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
-                "collective backend: scatter: only the root passes input tensors");
-  }
+  std::vector<at::Tensor> inputs = rootList(inputTensors, output, getRank() == root, getSize(), "scatter", "input");
   return enqueue(c10d::OpType::SCATTER, outputTensors, [this, out = Contiguous(output), inputs, root] {
     at::Tensor flat;
     if (!inputs.empty()) flat = flatten(inputs);
@@ -748,14 +745,14 @@ void ProcessGroupCollective::startCoalescing() {
   coalesced_.clear();
 }
 
-void ProcessGroupCollective::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::runCoalesced() {
   TORCH_CHECK(coalescing_, "collective backend: endCoalescing without startCoalescing");
   coalescing_ = false;
   std::vector<PointToPoint> batch = std::move(coalesced_);
   coalesced_.clear();
-  (void)reqs;  // the same Works the calls returned; completed below
-  if (batch.empty()) return;
-  enqueue(c10d::OpType::UNKNOWN, {}, [this, batch] {
+  if (batch.empty()) return {};
+  // The Works the calls returned complete with the batch (below).
+  return enqueue(c10d::OpType::UNKNOWN, {}, [this, batch] {
     try {
       runOnStream("batch_isend_irecv", [&](collStream_t s) -> collResult_t {
         collResult_t r = collGroupStart();

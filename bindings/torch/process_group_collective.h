@@ -104,7 +104,11 @@ class ProcessGroupCollective : public BackendBase {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   // batch_isend_irecv: the sends and receives between the two run as one group (no ordering deadlock).
   void startCoalescing() override;
-  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return runCoalesced(); }
+#else
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) override { (void)runCoalesced(); }
+#endif
 
   // ---- beyond c10d (torch_collective's Python functions) ----
   // The 4-bit compressed All-Reduce with error feedback (residual: float32, tensor's numel, or undefined).
@@ -153,6 +157,8 @@ class ProcessGroupCollective : public BackendBase {
   };
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* what, std::vector<at::Tensor> tensors,
                                               PointToPoint op);
+  // Queues the gathered sends and receives as one Work (null when there were none).
+  c10::intrusive_ptr<c10d::Work> runCoalesced();
   bool coalescing_ = false;
   std::vector<PointToPoint> coalesced_;
   std::thread worker_;

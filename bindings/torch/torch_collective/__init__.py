@@ -58,6 +58,8 @@ def _group(group):
         # What dist.new_group gives the ranks it leaves out: not a process group at all.
         raise ValueError("torch_collective: this process (global rank %d) is not a member of the given group "
                          "(dist.new_group returned GroupMember.NON_GROUP_MEMBER here)" % dist.get_rank())
+    if hasattr(group, "_get_backend"):  # PyTorch 2.x: a ProcessGroup holds one backend per device type
+        return group._get_backend(torch.device("cpu"))
     return group
 
 
