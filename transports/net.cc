@@ -51,11 +51,11 @@ uint32_t probeNetAvailability(std::string* why) {
 
 uint32_t automaticNetMask(uint32_t mask) { return mask & (mask >> kNetAutoShift) & kNetAvailableBits; }
 
-Status createNet(NetKind kind, Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
+Status createNet(NetKind kind, Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
   switch (kind) {
-    case NetKind::Ib: return createIbNet(bootstrap, out);
-    case NetKind::Ucx: return createUcxNet(bootstrap, out);
-    case NetKind::Tcp: return createTcpNet(bootstrap, out);
+    case NetKind::Ib: return createIbNet(bootstrap, trafficClass, out);
+    case NetKind::Ucx: return createUcxNet(bootstrap, trafficClass, out);
+    case NetKind::Tcp: return createTcpNet(bootstrap, trafficClass, out);
   }
   return makeError(collInternalError, "unknown transport %u", static_cast<unsigned>(kind));
 }
@@ -66,7 +66,7 @@ bool ucxAvailable(bool* hasRdma, std::string* why) {
   *why = "not built (UCX was not found at configure time: install libucx-dev and rebuild)";
   return false;
 }
-Status createUcxNet(Bootstrap&, std::unique_ptr<NetTransport>*) {
+Status createUcxNet(Bootstrap&, int, std::unique_ptr<NetTransport>*) {
   return makeError(collInvalidUsage, "the ucx transport is not in this build (install libucx-dev and rebuild)");
 }
 #endif
@@ -76,7 +76,7 @@ bool ibAvailable(std::string* why) {
   *why = "not built (libibverbs was not found at configure time: install libibverbs-dev and rebuild)";
   return false;
 }
-Status createIbNet(Bootstrap&, std::unique_ptr<NetTransport>*) {
+Status createIbNet(Bootstrap&, int, std::unique_ptr<NetTransport>*) {
   return makeError(collInvalidUsage, "the ib transport is not in this build (install libibverbs-dev and rebuild)");
 }
 #endif

@@ -71,10 +71,13 @@ uint32_t probeNetAvailability(std::string* why);
 uint32_t automaticNetMask(uint32_t mask);
 
 // Factories (ucx and ib exist only in builds that have them; the others return an error).
-Status createTcpNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
-Status createUcxNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
-Status createIbNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
-Status createNet(NetKind kind, Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out);
+// trafficClass (0..255, checked by the caller) is the communicator's network priority, applied to
+// every connection the transport makes: ib's GRH traffic class, tcp's IP_TOS and SO_PRIORITY; ucx
+// has none to set (collective.h). kTrafficClassUnset keeps each transport's default.
+Status createTcpNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out);
+Status createUcxNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out);
+Status createIbNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out);
+Status createNet(NetKind kind, Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out);
 
 // Per-transport probes used by probeNetAvailability (same build conditions as the factories).
 bool ucxAvailable(bool* hasRdma, std::string* why);

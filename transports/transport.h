@@ -13,6 +13,10 @@
 
 namespace coll {
 
+// A communicator's network priority (collConfig_t.trafficClass, 0..255) when none was given: each
+// transport keeps its default (COLL_IB_TC, the socket's own).
+constexpr int kTrafficClassUnset = -1;
+
 // A receive the executor posts ahead of its bytes (Connection::postRecv). A transport whose
 // bytes first land in a buffer of its own (UCX's active messages over tcp hand each message up in
 // UCX's buffer) applies them from there to their destination, copied or reduced with the step's

@@ -119,12 +119,19 @@ typedef struct collConfig_v1 {
   int timeoutMs;        /* deadline for every wait; UNDEF = COLL_TIMEOUT */
   const char* netName;  /* inter-host transport ("tcp"); UNDEF = automatic */
   const char* commName; /* shown in logs */
+  int trafficClass;     /* 0..255, NCCL's ncclConfig_t.trafficClass: the network priority of this
+                           communicator's traffic (between jobs, or a job's DP/TP/PP groups). ib: the
+                           GRH traffic class (RoCE; COLL_IB_SL stays the service level). tcp: IP_TOS
+                           (IPv6: IPV6_TCLASS; the kernel keeps the two ECN bits) and SO_PRIORITY
+                           trafficClass >> 5 on the data sockets. ucx: not applied (its tcp and sm
+                           transports have no class; see docs/ARCHITECTURE.md). Split, shrink and
+                           stream lanes inherit it. UNDEF = COLL_IB_TC on ib, the socket default on tcp. */
 } collConfig_t;
 
 #define COLL_CONFIG_INITIALIZER                                                                               \
   {                                                                                                           \
     sizeof(collConfig_t), COLL_CONFIG_MAGIC, COLL_VERSION_CODE, COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_INT, \
-        COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_PTR                                                          \
+        COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_PTR, COLL_CONFIG_UNDEF_INT                                   \
   }
 
 /* Version as COLL_VERSION(major, minor, patch). */

@@ -248,6 +248,15 @@ Status validateConfig(const collConfig_t* config, CommConfig* out, bool* nonBloc
   }
   if (has(offsetof(collConfig_t, netName), sizeof(char*)) && config->netName) out->netName = config->netName;
   if (has(offsetof(collConfig_t, commName), sizeof(char*)) && config->commName) out->commName = config->commName;
+  if (has(offsetof(collConfig_t, trafficClass), sizeof(int)) && config->trafficClass != COLL_CONFIG_UNDEF_INT) {
+    // One byte on the wire (GRH traffic class, IP TOS): a wider value would be silently cut.
+    if (config->trafficClass < 0 || config->trafficClass > 255) {
+      return makeError(collInvalidArgument,
+                       "config.trafficClass %d is out of range 0..255 (COLL_CONFIG_UNDEF_INT: unset)",
+                       config->trafficClass);
+    }
+    out->trafficClass = config->trafficClass;
+  }
   return okStatus();
 }
 

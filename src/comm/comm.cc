@@ -69,7 +69,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   // gets its job killed by launchers, and peers killed half-way through creating shared memory
   // leave its names behind.
   COLL_TRY(PlanCache::checkAlgoKnob(topo_, links_.mayHaveWindows(), shmOptionsFromConfig().windowHalfBytes));
-  COLL_TRY(links_.open(*bootstrap_, config_.netName, timeoutMs_, deadline));
+  COLL_TRY(links_.open(*bootstrap_, config_.netName, config_.trafficClass, timeoutMs_, deadline));
   checkCalls_ = callCheckEnabled();
 
   COLL_TRY(setupPlanner());

@@ -34,6 +34,8 @@ class Lanes;
 struct CommConfig {
   int64_t timeoutMs = 0;  // 0 = COLL_TIMEOUT
   std::string netName;    // "" = automatic
+  // 0..255 (collConfig_t.trafficClass), applied by the net transport to its connections.
+  int trafficClass = kTrafficClassUnset;
   std::string commName;
   // Internal (lanes.h): set when this communicator is a stream lane of `laneParent`. The lane takes
   // its parent's link model (no probe), PreMulSum ops and failures, and has no lanes of its own.

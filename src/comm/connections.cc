@@ -53,10 +53,11 @@ Status Connections::checkForcedTransport() const {
   return okStatus();
 }
 
-Status Connections::open(Bootstrap& bootstrap, const std::string& configNetName, int64_t timeoutMs, Deadline deadline) {
+Status Connections::open(Bootstrap& bootstrap, const std::string& configNetName, int trafficClass, int64_t timeoutMs,
+                         Deadline deadline) {
   bootstrap_ = &bootstrap;
   timeoutMs_ = timeoutMs;
-  COLL_TRY(chooseNet(configNetName));
+  COLL_TRY(chooseNet(configNetName, trafficClass));
   if (forced_ != TransportKind::Net) {
     ShmOptions shmOptions = shmOptionsFromConfig();
     COLL_TRY(ShmHost::create(bootstrap, topo_, shmOptions, deadline, &shm_).withContext("shared memory setup"));
@@ -69,7 +70,7 @@ Status Connections::open(Bootstrap& bootstrap, const std::string& configNetName,
   return okStatus();
 }
 
-Status Connections::chooseNet(const std::string& configNetName) {
+Status Connections::chooseNet(const std::string& configNetName, int trafficClass) {
   if (forced_ == TransportKind::Shm) return okStatus();
   // Precedence: COLL_TRANSPORT (every peer), then COLL_NET, then the config's netName, then the
   // best transport that every rank published as available.
@@ -109,8 +110,8 @@ Status Connections::chooseNet(const std::string& configNetName) {
       }
     }
   }
-  COLL_TRY(
-      createNet(kind, *bootstrap_, &net_).withContext(std::string("creating the ") + netKindName(kind) + " transport"));
+  COLL_TRY(createNet(kind, *bootstrap_, trafficClass, &net_)
+               .withContext(std::string("creating the ") + netKindName(kind) + " transport"));
   if (rank() == 0 && (topo_.nhosts > 1 || forced_ == TransportKind::Net)) {
     COLL_INFO(rank(), "transport between hosts: %s (%s)", net_->describe().c_str(),
               source.empty() ? "automatic: the best one every rank has" : source.c_str());

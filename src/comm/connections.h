@@ -37,7 +37,9 @@ class Connections final : public Links {
   bool mayHaveWindows() const { return forced_ != TransportKind::Net; }
   // Picks the transport between hosts, makes the host's shared memory (unless every peer goes
   // over the network) and the wait policy.
-  Status open(Bootstrap& bootstrap, const std::string& configNetName, int64_t timeoutMs, Deadline deadline);
+  // trafficClass: the communicator's (kTrafficClassUnset: each transport's default).
+  Status open(Bootstrap& bootstrap, const std::string& configNetName, int trafficClass, int64_t timeoutMs,
+              Deadline deadline);
   // Connections first (they may reference shared memory), then the transports.
   void close();
 
@@ -63,7 +65,7 @@ class Connections final : public Links {
   // Net (net_ for every peer, the same host included).
   enum class TransportKind { Auto, Shm, Net };
   // Picks net_ (COLL_TRANSPORT, COLL_NET, config.netName, the ranks' published availability).
-  Status chooseNet(const std::string& configNetName);
+  Status chooseNet(const std::string& configNetName, int trafficClass);
 
   const Topology& topo_;
   FailureManager& failure_;

@@ -134,6 +134,7 @@ struct ListenComm {
   SocketAddress address;
   Secret secret{};
   NetKind kind = NetKind::Tcp;
+  int trafficClass = kTrafficClassUnset;  // the NCCL communicator's, for the pairs it accepts
   std::unique_ptr<PendingPair> pending;
 };
 
@@ -144,12 +145,12 @@ struct MemHandle {
 };
 
 Status finishPair(int rank, Socket control, const Secret& secret, uint64_t pairId, const PeerInfo& me,
-                  const PeerInfo& peer, const Socket* listener, NetKind kind, Deadline deadline,
+                  const PeerInfo& peer, const Socket* listener, NetKind kind, int trafficClass, Deadline deadline,
                   std::unique_ptr<Pair>* out) {
   auto pair = std::make_unique<Pair>();
   pair->peerName = peer.address.toString();
   pair->bootstrap = std::make_unique<PairBootstrap>(rank, std::move(control), secret, pairId, me, peer, listener);
-  COLL_TRY(createNet(kind, *pair->bootstrap, &pair->net));
+  COLL_TRY(createNet(kind, *pair->bootstrap, trafficClass, &pair->net));
   COLL_TRY(pair->net->connect(1 - rank, deadline, &pair->conn)
                .withContext("NCCL plugin " + std::string(netKindName(kind)) + " connection to " + pair->peerName));
   pair->stream = std::make_unique<MessageStream>(pair->conn.get(), pair->peerName.c_str());
@@ -166,7 +167,7 @@ PeerInfo selfInfo(const SocketAddress& address) {
   return me;
 }
 
-void connectSide(PendingPair* p, Handle handle) {
+void connectSide(PendingPair* p, Handle handle, int trafficClass) {
   Deadline deadline = Deadline::afterMs(defaultTimeoutMs());
   SocketAddress remote;
   std::memcpy(&remote.storage, handle.address, handle.addressLength);
@@ -196,7 +197,7 @@ void connectSide(PendingPair* p, Handle handle) {
     peer.pid = reply.pid;
     peer.netMask = ~0u;
     return finishPair(0, std::move(s), handle.secret, hello.pairId, selfInfo(local), peer, nullptr,
-                      static_cast<NetKind>(handle.netKind), deadline, &p->pair);
+                      static_cast<NetKind>(handle.netKind), trafficClass, deadline, &p->pair);
   }();
   p->status = st;
   p->finished.store(true, std::memory_order_release);
@@ -224,7 +225,7 @@ void acceptSide(PendingPair* p, ListenComm* l) {
       peer.pid = hello.pid;
       peer.netMask = ~0u;
       return finishPair(1, std::move(s), l->secret, hello.pairId, selfInfo(l->address), peer, &l->listener, l->kind,
-                        deadline, &p->pair);
+                        l->trafficClass, deadline, &p->pair);
     }
   }();
   p->status = st;
@@ -263,6 +264,21 @@ Status chooseKind(NetKind* out) {
   }
   *out = NetKind::Tcp;
   return okStatus();
+}
+
+// NCCL's per-communicator class (ncclNetCommConfig_t.trafficClass, from ncclConfig_t or
+// NCCL_IB_TC) as the transports take it; false (warned) when it does not fit the byte it sets.
+bool trafficClassFromNccl(int ncclClass, int* out) {
+  if (ncclClass == NCCL_NET_TRAFFIC_CLASS_UNDEF) {
+    *out = kTrafficClassUnset;
+    return true;
+  }
+  if (ncclClass < 0 || ncclClass > 255) {
+    COLL_WARN(-1, "trafficClass %d is out of range 0..255", ncclClass);
+    return false;
+  }
+  *out = ncclClass;
+  return true;
 }
 
 // ---- the one implementation ---------------------------------------------------------------------
@@ -345,13 +361,14 @@ ncclResult_t pluginGetProperties(int dev, ncclNetProperties_v11_t* props) {
   return ncclSuccess;
 }
 
-ncclResult_t pluginListen(int dev, void* opaque, void** listenComm) {
+ncclResult_t pluginListen(int dev, int ncclTrafficClass, void* opaque, void** listenComm) {
   if (!opaque || !listenComm) return ncclInternalError;
   *listenComm = nullptr;
   if (ncclResult_t r = checkDev(dev)) return r;
   Global& g = global();
   auto l = std::make_unique<ListenComm>();
   l->kind = g.kind;
+  if (!trafficClassFromNccl(ncclTrafficClass, &l->trafficClass)) return ncclInvalidUsage;
   SocketAddress bind = g.iface.address;
   bind.setPort(0);
   Status st = Socket::listen(bind, 128, &l->listener, &l->address);
@@ -371,10 +388,12 @@ ncclResult_t pluginListen(int dev, void* opaque, void** listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t pluginConnect(int dev, void* opaque, void** sendComm) {
+ncclResult_t pluginConnect(int dev, int ncclTrafficClass, void* opaque, void** sendComm) {
   if (!opaque || !sendComm) return ncclInternalError;
   *sendComm = nullptr;
   if (ncclResult_t r = checkDev(dev)) return r;
+  int trafficClass = kTrafficClassUnset;
+  if (!trafficClassFromNccl(ncclTrafficClass, &trafficClass)) return ncclInvalidUsage;
   Handle* h = static_cast<Handle*>(opaque);
   if (h->magic != kHandleMagic || h->version != kHandleVersion || h->netKind >= kNetKinds || h->addressLength == 0 ||
       h->addressLength > sizeof(h->address)) {
@@ -398,7 +417,7 @@ ncclResult_t pluginConnect(int dev, void* opaque, void** sendComm) {
     }
     h->pending = p;
     Handle copy = *h;
-    p->thread = std::thread(connectSide, p, copy);
+    p->thread = std::thread(connectSide, p, copy, trafficClass);
     return ncclSuccess;
   }
   if (!p->finished.load(std::memory_order_acquire)) return ncclSuccess;
@@ -552,9 +571,12 @@ ncclResult_t pluginMakeVDevice(int* d, ncclNetVDeviceProps_v11_t* props) {
 // v11: one context per NCCL communicator (NCCL 2.28+ calls init per communicator).
 struct Context {
   uint64_t commId;
-  int trafficClass;
+  int trafficClass;  // NCCL's, applied to the connections of listen and connect on this context
   ncclNetAttr_v11_t attr;
 };
+int contextTrafficClass(void* ctx) {
+  return ctx ? static_cast<Context*>(ctx)->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+}
 
 ncclResult_t pluginFinalize() {
   Global& g = global();
@@ -617,22 +639,26 @@ ncclResult_t getPropertiesV9(int dev, ncclNetProperties_v9_t* props) {
 }
 ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) { return pluginGetProperties(dev, props); }
 
-ncclResult_t listenV8(int dev, void* handle, void** listenComm) { return pluginListen(dev, handle, listenComm); }
-ncclResult_t listenV11(void*, int dev, void* handle, void** listenComm) {
-  return pluginListen(dev, handle, listenComm);
+// Before v11 only v10's connect carries NCCL's class; listen has none, so the accepting side
+// keeps each transport's default (COLL_IB_TC).
+ncclResult_t listenV8(int dev, void* handle, void** listenComm) {
+  return pluginListen(dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, listenComm);
+}
+ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
+  return pluginListen(dev, contextTrafficClass(ctx), handle, listenComm);
 }
 ncclResult_t connectV8(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t** devComm) {
   if (devComm) *devComm = nullptr;
-  return pluginConnect(dev, handle, sendComm);
+  return pluginConnect(dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, sendComm);
 }
-ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
                         ncclNetDeviceHandle_v10_t** devComm) {
   if (devComm) *devComm = nullptr;
-  return pluginConnect(dev, handle, sendComm);
+  return pluginConnect(dev, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, handle, sendComm);
 }
-ncclResult_t connectV11(void*, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** devComm) {
+ncclResult_t connectV11(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** devComm) {
   if (devComm) *devComm = nullptr;
-  return pluginConnect(dev, handle, sendComm);
+  return pluginConnect(dev, contextTrafficClass(ctx), handle, sendComm);
 }
 ncclResult_t acceptV8(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t** devComm) {
   if (devComm) *devComm = nullptr;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -51,6 +52,35 @@ TEST(Api, InitRejectsBadArguments) {
   collUniqueId junk;
   memset(&junk, 0x5a, sizeof(junk));
   EXPECT_EQ(collCommInitRank(&comm, 1, junk, 0), collInvalidArgument);
+}
+
+// trafficClass is one byte on the wire: anything else is refused before anything is made. A caller
+// built against the struct before the field (a smaller size) is not read past its end.
+TEST(Api, TrafficClassIsCheckedAndOldConfigsIgnoreIt) {
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  for (int bad : {300, 256, -1}) {
+    collComm_t comm = nullptr;
+    collConfig_t config = COLL_CONFIG_INITIALIZER;
+    config.trafficClass = bad;
+    EXPECT_EQ(collCommInitRankConfig(&comm, 1, id, 0, &config), collInvalidArgument) << bad;
+    EXPECT_EQ(comm, nullptr);
+    EXPECT_NE(std::string(collGetLastError(nullptr)).find("config.trafficClass " + std::to_string(bad)),
+              std::string::npos)
+        << collGetLastError(nullptr);
+  }
+  collConfig_t older = COLL_CONFIG_INITIALIZER;
+  older.size = offsetof(collConfig_t, trafficClass);
+  older.trafficClass = 300;  // beyond the caller's struct: never read
+  collComm_t comm = nullptr;
+  ASSERT_EQ(collCommInitRankConfig(&comm, 1, id, 0, &older), collSuccess) << collGetLastError(nullptr);
+  collConfig_t bad = COLL_CONFIG_INITIALIZER;
+  bad.trafficClass = 300;
+  collComm_t child = nullptr;
+  EXPECT_EQ(collCommSplit(comm, 0, 0, &child, &bad), collInvalidArgument);
+  EXPECT_EQ(child, nullptr);
+  EXPECT_NE(std::string(collGetLastError(comm)).find("trafficClass"), std::string::npos) << collGetLastError(comm);
+  EXPECT_EQ(collCommDestroy(comm), collSuccess);
 }
 
 TEST(Api, BadCallArgumentsLeaveBuffersUntouched) {

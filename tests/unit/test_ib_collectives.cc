@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,56 @@ TEST_P(IbCollectives, ExactResultsSleepingOnTheCompletionChannel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, IbCollectives, ::testing::Values(2, 3, 4));
+
+// The double's table with modifyQp recording the GRH traffic class of every move to RTR (where
+// the address vector, and with it the class, is set).
+std::mutex gRtrMu;
+std::vector<int> gRtrTrafficClasses;
+int recordingModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && (mask & IBV_QP_AV) && attr->ah_attr.is_global) {
+    std::lock_guard<std::mutex> lock(gRtrMu);
+    gRtrTrafficClasses.push_back(attr->ah_attr.grh.traffic_class);
+  }
+  return coll::testing::verbsTestDouble().modifyQp(qp, attr, mask);
+}
+const coll::VerbsApi& recordingVerbsDouble() {
+  static const coll::VerbsApi api = [] {
+    coll::VerbsApi a = coll::testing::verbsTestDouble();
+    a.modifyQp = recordingModifyQp;
+    return a;
+  }();
+  return api;
+}
+
+// The traffic classes the QPs of a 2-rank communicator made with `config` were given.
+std::vector<int> rtrTrafficClasses(const collConfig_t* config) {
+  gRtrTrafficClasses.clear();
+  coll::setVerbsApiForTesting(&recordingVerbsDouble());
+  withComms(
+      2,
+      [](int, collComm_t comm) {
+        float x = 1, y = 0;
+        ASSERT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, comm, nullptr), collSuccess) << collGetLastError(comm);
+      },
+      config);
+  std::lock_guard<std::mutex> lock(gRtrMu);
+  return gRtrTrafficClasses;
+}
+
+TEST_F(IbCollectives, ConfigTrafficClassIsTheQpsGrhTrafficClass) {
+  setenv("COLL_IB_QPS_PER_CONNECTION", "2", 1);
+  setenv("COLL_IB_TC", "32", 1);
+  collConfig_t config = COLL_CONFIG_INITIALIZER;
+  config.trafficClass = 0x68;
+  const std::vector<int> classes = rtrTrafficClasses(&config);
+  EXPECT_GE(classes.size(), 4u);  // 2 QPs at each of the 2 ranks
+  for (int tc : classes) EXPECT_EQ(tc, 0x68);
+  // Unset: COLL_IB_TC, as before the field existed.
+  const std::vector<int> defaults = rtrTrafficClasses(nullptr);
+  EXPECT_GE(defaults.size(), 4u);
+  for (int tc : defaults) EXPECT_EQ(tc, 32);
+  unsetenv("COLL_IB_TC");
+}
 
 // The same over the real verbs stack where a device with an active port exists (hardware or
 // SoftRoCE: bench/softroce.sh up); skipped with the reason elsewhere.

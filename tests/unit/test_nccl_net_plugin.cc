@@ -13,12 +13,15 @@
 #include <vector>
 
 #include "src/nccl_net/nccl_net_abi.h"
+#include "tests/unit/socket_tos.h"
 
 #ifndef COLL_NCCL_NET_PLUGIN_PATH
 #error "the build passes the plugin's path"
 #endif
 
 namespace {
+
+using coll::testutil::tcpSocketsByTos;
 
 // Silent unless COLL_DEBUG asks for our lines (the plugin filters by it before calling).
 void quietLogger(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
@@ -214,6 +217,59 @@ TEST(NcclNetPlugin, V8IntSizesAndVirtualDeviceOnV9) {
   EXPECT_STREQ(out, "hello");
   EXPECT_EQ(v8->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(v8->closeRecv(recvComm), ncclSuccess);
+}
+
+// v11: the class NCCL gives init is the class of the connections of both listen and connect on
+// that context (tcp: 2 data sockets per end, COLL_NSOCKS_PERPEER).
+TEST(NcclNetPlugin, V11ContextTrafficClassReachesBothEnds) {
+  setenv("COLL_NCCL_NET", "tcp", 1);
+  setenv("COLL_NSOCKS_PERPEER", "2", 1);
+  auto* net = table<ncclNet_v11_t>(COLL_NCCL_NET_SYMBOL_V11);
+  ASSERT_NE(net, nullptr);
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{0x68};
+  ASSERT_EQ(net->init(&ctx, 43, &config, quietLogger, nullptr), ncclSuccess);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void *sendComm, *recvComm;
+  ncclNetDeviceHandle_v11_t* devHandle = nullptr;
+  establish([&](void** c) { return net->connect(ctx, 0, handle, c, &devHandle); },
+            [&](void** c) { return net->accept(listenComm, c, &devHandle); }, &sendComm, &recvComm);
+  EXPECT_EQ(tcpSocketsByTos()[0x68], 4);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(tcpSocketsByTos()[0x68], 0);
+  EXPECT_EQ(net->finalize(ctx), ncclSuccess);
+  unsetenv("COLL_NSOCKS_PERPEER");
+}
+
+// v10: only connect carries NCCL's class (ncclNetCommConfig_v10_t); the accepting end, whose
+// listen had none, keeps the socket default. A class beyond one byte is refused.
+TEST(NcclNetPlugin, V10ConnectConfigTrafficClass) {
+  setenv("COLL_NCCL_NET", "tcp", 1);
+  setenv("COLL_NSOCKS_PERPEER", "2", 1);
+  auto* net = table<ncclNet_v10_t>(COLL_NCCL_NET_SYMBOL_V10);
+  ASSERT_NE(net, nullptr);
+  ASSERT_EQ(net->init(quietLogger, nullptr), ncclSuccess);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(0, handle, &listenComm), ncclSuccess);
+  void* refused = nullptr;
+  ncclNetCommConfig_v10_t bad{300};
+  EXPECT_EQ(net->connect(0, &bad, handle, &refused, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(refused, nullptr);
+  ncclNetCommConfig_v10_t config{0xa0};
+  void *sendComm, *recvComm;
+  ncclNetDeviceHandle_v10_t* devHandle = nullptr;
+  establish([&](void** c) { return net->connect(0, &config, handle, c, &devHandle); },
+            [&](void** c) { return net->accept(listenComm, c, &devHandle); }, &sendComm, &recvComm);
+  EXPECT_EQ(tcpSocketsByTos()[0xa0], 2);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  unsetenv("COLL_NSOCKS_PERPEER");
 }
 
 }  // namespace

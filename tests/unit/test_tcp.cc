@@ -14,11 +14,17 @@
 #include <thread>
 #include <vector>
 
+#include "collective/collective.h"
+#include "tests/unit/comm_threads.h"
+#include "tests/unit/socket_tos.h"
 #include "tests/unit/stream_pump.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {
 namespace {
+
+using testutil::intSockopt;
+using testutil::tcpSocketsByTos;
 
 // `n` connected loopback TCP socket pairs: a[i] <-> b[i].
 void loopbackPairs(int n, std::vector<int>* a, std::vector<int>* b) {
@@ -271,6 +277,84 @@ TEST(Tcp, OptionsFromConfig) {
   o = tcpOptionsFromConfig();
   EXPECT_EQ(o.streams, 2);
   EXPECT_EQ(o.stripeBytes, 256u << 10);
+}
+
+TEST(Tcp, TrafficClassOnEverySocket) {
+  std::vector<int> a, b;
+  loopbackPairs(2, &a, &b);
+  TcpOptions o = smallOptions(2, 64 << 10, 4 << 10);
+  o.trafficClass = 0x68;  // DSCP 26 (AF31)
+  std::unique_ptr<TcpConnection> ca, cb;
+  ASSERT_TRUE(TcpConnection::fromSockets(1, a, o, "a", &ca).ok());
+  o.trafficClass = kTrafficClassUnset;
+  ASSERT_TRUE(TcpConnection::fromSockets(0, b, o, "b", &cb).ok());
+  for (int fd : a) {
+    EXPECT_EQ(intSockopt(fd, IPPROTO_IP, IP_TOS), 0x68);
+    EXPECT_EQ(intSockopt(fd, SOL_SOCKET, SO_PRIORITY), 3);  // the class selector, 0x68 >> 5
+  }
+  for (int fd : b) EXPECT_EQ(intSockopt(fd, IPPROTO_IP, IP_TOS), 0);  // unset: the socket's default
+}
+
+// A communicator over COLL_TRANSPORT=tcp: its data sockets carry config.trafficClass, its stream
+// lane, a split and a shrink inherit it, a split may set its own. Work w runs on lane w mod 2, so an
+// all-reduce and a barrier connect both lanes: 2 lanes x 2 ranks x 2 streams = 8 sockets per
+// communicator. Rank 0 looks once every connection is made; the next barrier keeps rank 1's open.
+TEST(Tcp, CommunicatorTrafficClassReachesDataSockets) {
+  testutil::ScopedEnv transport("COLL_TRANSPORT", "tcp");
+  testutil::ScopedEnv streams("COLL_NSOCKS_PERPEER", "2");
+  testutil::ScopedEnv lanes("COLL_STREAM_LANES", "2");
+  testutil::ScopedEnv probe("COLL_LINK_PROBE", "0");
+  collConfig_t config = COLL_CONFIG_INITIALIZER;
+  config.trafficClass = 0x60;
+  testutil::withComms(
+      2,
+      [&](int rank, collComm_t comm) {
+        float x = 1, y = 0;
+        ASSERT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, comm, nullptr), collSuccess) << collGetLastError(comm);
+        ASSERT_EQ(collBarrier(comm, nullptr), collSuccess);
+        if (rank == 0) {
+          EXPECT_EQ(tcpSocketsByTos()[0x60], 8);
+        }
+        ASSERT_EQ(collBarrier(comm, nullptr), collSuccess);
+
+        collComm_t inherited = nullptr, own = nullptr, shrunk = nullptr;
+        ASSERT_EQ(collCommSplit(comm, 0, rank, &inherited, nullptr), collSuccess) << collGetLastError(comm);
+        ASSERT_EQ(collCommShrink(comm, nullptr, 0, &shrunk, nullptr), collSuccess) << collGetLastError(comm);
+        collConfig_t splitConfig = COLL_CONFIG_INITIALIZER;
+        splitConfig.trafficClass = 0xa0;
+        ASSERT_EQ(collCommSplit(comm, 0, rank, &own, &splitConfig), collSuccess) << collGetLastError(comm);
+        for (collComm_t c : {inherited, own, shrunk}) {
+          ASSERT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, c, nullptr), collSuccess) << collGetLastError(c);
+          ASSERT_EQ(collBarrier(c, nullptr), collSuccess);
+        }
+        if (rank == 0) {
+          std::map<int, int> byTos = tcpSocketsByTos();
+          EXPECT_EQ(byTos[0x60], 24);
+          EXPECT_EQ(byTos[0xa0], 8);
+          EXPECT_EQ(byTos.size(), 2u) << "a socket with a class nobody asked for";
+        }
+        ASSERT_EQ(collBarrier(comm, nullptr), collSuccess);
+        EXPECT_EQ(collCommDestroy(inherited), collSuccess);
+        EXPECT_EQ(collCommDestroy(own), collSuccess);
+        EXPECT_EQ(collCommDestroy(shrunk), collSuccess);
+      },
+      &config);
+}
+
+TEST(Tcp, CommunicatorWithoutTrafficClassKeepsSocketDefault) {
+  testutil::ScopedEnv transport("COLL_TRANSPORT", "tcp");
+  testutil::ScopedEnv probe("COLL_LINK_PROBE", "0");
+  testutil::withComms(2, [&](int rank, collComm_t comm) {
+    float x = 1, y = 0;
+    ASSERT_EQ(collAllReduce(&x, &y, 1, collFloat32, collSum, comm, nullptr), collSuccess) << collGetLastError(comm);
+    ASSERT_EQ(collBarrier(comm, nullptr), collSuccess);
+    if (rank == 0) {
+      std::map<int, int> byTos = tcpSocketsByTos();
+      EXPECT_GE(byTos[0], 4);
+      EXPECT_EQ(byTos.size(), 1u) << "a socket with a class nobody asked for";
+    }
+    ASSERT_EQ(collBarrier(comm, nullptr), collSuccess);
+  });
 }
 
 }  // namespace

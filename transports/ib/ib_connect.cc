@@ -282,7 +282,8 @@ Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, 
     if (api.modifyQp(Q.qp, &a,
                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-      return sysErr("moving a queue pair to RTR (check COLL_IB_GID_INDEX, COLL_IB_TC, COLL_IB_SL)");
+      return sysErr(
+          "moving a queue pair to RTR (check COLL_IB_GID_INDEX, config.trafficClass or COLL_IB_TC, COLL_IB_SL)");
     }
     ibv_qp_attr r{};
     r.qp_state = IBV_QPS_RTS;

@@ -24,7 +24,9 @@ const IntKnob kIbQpsPerConnection(
     "COLL_IB_QPS_PER_CONNECTION", "2",
     "RC queue pairs per ib connection (1-16); chunks of the stream are striped over them.",
     {KnobSection::Transports, 100});
-const IntKnob kIbTrafficClass("COLL_IB_TC", "0", "Traffic class of ib connections (RoCE: DSCP << 2).",
+const IntKnob kIbTrafficClass("COLL_IB_TC", "0",
+                              "Traffic class of ib connections (RoCE: DSCP << 2) of communicators whose config sets no "
+                              "trafficClass.",
                               {KnobSection::Transports, 110});
 const IntKnob kIbServiceLevel("COLL_IB_SL", "0", "Service level of ib connections.", {KnobSection::Transports, 120});
 const IntKnob kIbTimeout("COLL_IB_TIMEOUT", "20",

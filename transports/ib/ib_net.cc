@@ -38,8 +38,10 @@ class IbNet final : public NetTransport {
 
 }  // namespace
 
-Status createIbNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
-  const IbOptions options = ibOptionsFromConfig();
+Status createIbNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
+  IbOptions options = ibOptionsFromConfig();
+  // As NCCL: the communicator's class replaces COLL_IB_TC; the service level stays COLL_IB_SL.
+  if (trafficClass != kTrafficClassUnset) options.trafficClass = trafficClass;
   std::shared_ptr<IbDevice> device;
   COLL_TRY(IbDevice::open(activeVerbsApi(), options, &device));
   *out = std::make_unique<IbNet>(bootstrap, std::move(device), options);

@@ -48,7 +48,7 @@ struct IbOptions {
   std::string hca;                  // COLL_IB_HCA
   int gidIndex = -1;                // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
   int qps = 2;                      // COLL_IB_QPS_PER_CONNECTION
-  int trafficClass = 0;             // COLL_IB_TC
+  int trafficClass = 0;             // the communicator's, else COLL_IB_TC (GRH: RoCE only)
   int serviceLevel = 0;             // COLL_IB_SL
   int timeout = 20;                 // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
   int retryCount = 7;               // COLL_IB_RETRY_CNT

@@ -35,6 +35,28 @@ constexpr uint64_t kMaxStripe = 512ull << 10;
 constexpr uint64_t kMinStripe = 64;
 constexpr uint64_t kMaxStaging = 1ull << 32;
 
+// The class goes in the IP header (TOS / IPv6 traffic class) for the network, and as the socket
+// priority (its top three bits, the DSCP class selector) for this host's queueing disciplines and
+// VLAN priority maps, which IPv6 would not otherwise derive from it.
+Status applyTrafficClass(int fd, sa_family_t family, int trafficClass, int peer, const std::string& peerName) {
+  const int tos = trafficClass;
+  const bool v6 = family == AF_INET6;
+  if (setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos, sizeof(tos)) != 0) {
+    int err = errno;
+    return makeError(collSystemError, "%s %d on the socket to rank %d (%s): %s", v6 ? "IPV6_TCLASS" : "IP_TOS", tos,
+                     peer, peerName.c_str(), errnoText(err).c_str());
+  }
+  // Priority 7 needs CAP_NET_ADMIN: without it the socket keeps the kernel's priority, and the
+  // class still travels in the header.
+  const int priority = trafficClass >> 5;
+  if (setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &priority, sizeof(priority)) != 0) {
+    int err = errno;
+    COLL_INFO(-1, "SO_PRIORITY %d on the socket to rank %d (%s): %s; the traffic class %d is set in the IP header",
+              priority, peer, peerName.c_str(), errnoText(err).c_str(), trafficClass);
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 TcpOptions tcpOptionsFromConfig() {
@@ -84,6 +106,9 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
       int err = errno;
       return makeError(collSystemError, "TCP_NODELAY on the socket to rank %d (%s): %s", peer, c->peerName_.c_str(),
                        errnoText(err).c_str());
+    }
+    if (isTcp && options.trafficClass != kTrafficClassUnset) {
+      COLL_TRY(applyTrafficClass(s.fd, addr.ss_family, options.trafficClass, peer, c->peerName_));
     }
     if (options.socketBufferBytes > 0) {
       int b = options.socketBufferBytes;

@@ -9,7 +9,9 @@ namespace {
 
 class TcpNet final : public NetTransport {
  public:
-  explicit TcpNet(Bootstrap& bootstrap) : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {}
+  TcpNet(Bootstrap& bootstrap, int trafficClass) : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {
+    options_.trafficClass = trafficClass;
+  }
   NetKind kind() const override { return NetKind::Tcp; }
   std::string describe() const override { return "tcp (" + std::to_string(options_.streams) + " socket(s) per peer)"; }
   Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override {
@@ -32,8 +34,8 @@ class TcpNet final : public NetTransport {
 
 }  // namespace
 
-Status createTcpNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
-  *out = std::make_unique<TcpNet>(bootstrap);
+Status createTcpNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
+  *out = std::make_unique<TcpNet>(bootstrap, trafficClass);
   return okStatus();
 }
 

@@ -27,6 +27,8 @@ struct TcpOptions {
   int socketBufferBytes = 4 << 20;      // SO_SNDBUF / SO_RCVBUF; 0 = kernel default
   uint64_t stagingBytes = 1ull << 20;   // each of the send and receive rings
   uint64_t stripeBytes = 512ull << 10;  // power of two; the active side's value is used by both
+  // The communicator's class (0..255): IP_TOS / IPV6_TCLASS and SO_PRIORITY of every data socket.
+  int trafficClass = kTrafficClassUnset;
 };
 
 // COLL_NSOCKS_PERPEER, COLL_SOCKET_BUFFSIZE, COLL_TCP_STAGING_BYTES; the stripe is 512 KiB, or

@@ -624,7 +624,13 @@ Status UcxNet::connect(int peer, Deadline deadline, std::unique_ptr<Connection>*
   return okStatus();
 }
 
-Status createUcxNet(Bootstrap& bootstrap, std::unique_ptr<NetTransport>* out) {
+Status createUcxNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
+  // UCX's tcp and sm transports (the ones this transport is used with) have no class to set, and
+  // the endpoints' sockets are UCX's own; UCX_IB_TRAFFIC_CLASS sets one for its RDMA transports,
+  // for the whole process.
+  if (trafficClass != kTrafficClassUnset) {
+    COLL_INFO(bootstrap.rank(), "config.trafficClass %d is not applied by the ucx transport", trafficClass);
+  }
   std::unique_ptr<UcxNet> net;
   COLL_TRY(UcxNet::create(bootstrap, ucxOptionsFromConfig(), &net));
   *out = std::move(net);
