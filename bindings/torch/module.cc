@@ -19,9 +19,7 @@ ProcessGroupCollective& ours(const c10::intrusive_ptr<torch_collective::BackendB
   return *group;
 }
 
-c10::intrusive_ptr<torch_collective::BackendBase> asBase(c10::intrusive_ptr<ProcessGroupCollective> pg) {
-  return pg;
-}
+c10::intrusive_ptr<torch_collective::BackendBase> asBase(c10::intrusive_ptr<ProcessGroupCollective> pg) { return pg; }
 
 }  // namespace
 
@@ -42,8 +40,8 @@ PYBIND11_MODULE(_C, m) {
         at::Tensor r = residual.has_value() ? *residual : at::Tensor();
         return ours(pg).allreduceInt4(tensor, r, blockSize, average, minBytes);
       },
-      py::arg("group"), py::arg("tensor"), py::arg("residual"), py::arg("block_size") = 64,
-      py::arg("average") = false, py::arg("min_bytes") = 0, py::call_guard<py::gil_scoped_release>());
+      py::arg("group"), py::arg("tensor"), py::arg("residual"), py::arg("block_size") = 64, py::arg("average") = false,
+      py::arg("min_bytes") = 0, py::call_guard<py::gil_scoped_release>());
   m.def(
       "shrink",
       [](const c10::intrusive_ptr<torch_collective::BackendBase>& pg, std::vector<int64_t> exclude) {

@@ -40,8 +40,7 @@ void requireCpu(const at::Tensor& t, const char* what) {
 }
 
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK(tensors.size() == 1, "collective backend: ", what, " takes one tensor per process, got ",
-              tensors.size());
+  TORCH_CHECK(tensors.size() == 1, "collective backend: ", what, " takes one tensor per process, got ", tensors.size());
   requireCpu(tensors[0], what);
   return tensors[0];
 }
@@ -91,8 +90,8 @@ ReductionView reductionView(const at::Tensor& t, c10d::ReduceOp::RedOpType op, c
       return {collUint8, 1, at::kByte};
     case at::kComplexFloat:
     case at::kComplexDouble:
-      TORCH_CHECK(sumLike, "collective backend: ", what, ": complex tensors reduce with SUM, AVG or PREMUL_SUM only, not ",
-                  opName(op));
+      TORCH_CHECK(sumLike, "collective backend: ", what,
+                  ": complex tensors reduce with SUM, AVG or PREMUL_SUM only, not ", opName(op));
       return t.scalar_type() == at::kComplexFloat ? ReductionView{collFloat32, 2, at::kFloat}
                                                   : ReductionView{collFloat64, 2, at::kDouble};
     default:
@@ -259,8 +258,8 @@ c10::intrusive_ptr<ProcessGroupCollective> ProcessGroupCollective::create(const 
   const collResult_t result = collCommInitRankConfig(&comm, size, id, rank, &config);
   if (result != collSuccess)
     throw std::runtime_error(std::string("collective backend: communicator creation failed on rank ") +
-                             std::to_string(rank) + " of " + std::to_string(size) + ": " +
-                             collGetErrorString(result) + ": " + collGetLastError(nullptr));
+                             std::to_string(rank) + " of " + std::to_string(size) + ": " + collGetErrorString(result) +
+                             ": " + collGetLastError(nullptr));
   return c10::make_intrusive<ProcessGroupCollective>(comm, rank, size, timeout, std::move(globalRanks));
 }
 
@@ -450,16 +449,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::allgather(std::vector<std
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::_allgather_base(at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::_allgather_base(at::Tensor& outputBuffer,
+                                                                       at::Tensor& inputBuffer,
                                                                        const c10d::AllgatherOptions&) {
   requireCpu(inputBuffer, "all_gather_into_tensor");
   requireCpu(outputBuffer, "all_gather_into_tensor");
   TORCH_CHECK(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
               "collective backend: all_gather_into_tensor: output dtype ", dtypeName(outputBuffer),
               " differs from input dtype ", dtypeName(inputBuffer));
-  TORCH_CHECK(outputBuffer.numel() == inputBuffer.numel() * getSize(), "collective backend: all_gather_into_tensor: ",
-              "the output must hold ", getSize(), " x ", inputBuffer.numel(), " elements, it holds ",
-              outputBuffer.numel());
+  TORCH_CHECK(outputBuffer.numel() == inputBuffer.numel() * getSize(),
+              "collective backend: all_gather_into_tensor: ", "the output must hold ", getSize(), " x ",
+              inputBuffer.numel(), " elements, it holds ", outputBuffer.numel());
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {outputBuffer},
                  [this, in = Contiguous(inputBuffer), out = Contiguous(outputBuffer)] {
                    runOnStream("all_gather_into_tensor", [&](collStream_t s) {
@@ -524,7 +524,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::scatter(std::vector<at::T
     at::Tensor flat;
     if (!inputs.empty()) flat = flatten(inputs);
     runOnStream("scatter", [&](collStream_t s) {
-      return collScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), collUint8, root, comm_, s);
+      return collScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), collUint8, root, comm_,
+                         s);
     });
     out.writeBack();
   });
@@ -558,9 +559,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::_reduce_scatter_base(at::
   TORCH_CHECK(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
               "collective backend: reduce_scatter_tensor: output dtype ", dtypeName(outputBuffer),
               " differs from input dtype ", dtypeName(inputBuffer));
-  TORCH_CHECK(inputBuffer.numel() == outputBuffer.numel() * getSize(), "collective backend: reduce_scatter_tensor: ",
-              "the input must hold ", getSize(), " x ", outputBuffer.numel(), " elements, it holds ",
-              inputBuffer.numel());
+  TORCH_CHECK(inputBuffer.numel() == outputBuffer.numel() * getSize(),
+              "collective backend: reduce_scatter_tensor: ", "the input must hold ", getSize(), " x ",
+              outputBuffer.numel(), " elements, it holds ", inputBuffer.numel());
   const ReductionView view = reductionView(outputBuffer, opts.reduceOp.op_, "reduce_scatter_tensor");
   auto op = std::make_shared<LibraryOp>(opts.reduceOp, view, "reduce_scatter_tensor");
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {outputBuffer},
@@ -658,7 +659,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::alltoall(std::vector<at::
       collResult_t r = collGroupStart();
       for (int p = 0; p < getSize() && r == collSuccess; ++p) {
         if (ins[p].bytes() > 0) r = collSend(ins[p].data(), ins[p].bytes(), collUint8, p, comm_, s);
-        if (r == collSuccess && outs[p].bytes() > 0) r = collRecv(outs[p].data(), outs[p].bytes(), collUint8, p, comm_, s);
+        if (r == collSuccess && outs[p].bytes() > 0)
+          r = collRecv(outs[p].data(), outs[p].bytes(), collUint8, p, comm_, s);
       }
       const collResult_t end = collGroupEnd();
       return r != collSuccess ? r : end;
@@ -668,9 +670,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::alltoall(std::vector<at::
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::barrier(const c10d::BarrierOptions&) {
-  return enqueue(c10d::OpType::BARRIER, {}, [this] {
-    runOnStream("barrier", [&](collStream_t s) { return collBarrier(comm_, s); });
-  });
+  return enqueue(c10d::OpType::BARRIER, {},
+                 [this] { runOnStream("barrier", [&](collStream_t s) { return collBarrier(comm_, s); }); });
 }
 
 // ---- point to point ------------------------------------------------------------------------
@@ -707,7 +708,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::send(std::vector<at::Tens
   PointToPoint op;
   op.issue = [this, header, buffer, dstRank](collStream_t s) {
     collResult_t r = collSend(header.get(), sizeof(MessageHeader), collUint8, dstRank, comm_, s);
-    if (r == collSuccess && buffer.bytes() > 0) r = collSend(buffer.data(), buffer.bytes(), collUint8, dstRank, comm_, s);
+    if (r == collSuccess && buffer.bytes() > 0)
+      r = collSend(buffer.data(), buffer.bytes(), collUint8, dstRank, comm_, s);
     return r;
   };
   op.finish = [] {};
@@ -722,7 +724,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::recv(std::vector<at::Tens
   PointToPoint op;
   op.issue = [this, header, buffer, srcRank](collStream_t s) {
     collResult_t r = collRecv(header.get(), sizeof(MessageHeader), collUint8, srcRank, comm_, s);
-    if (r == collSuccess && buffer.bytes() > 0) r = collRecv(buffer.data(), buffer.bytes(), collUint8, srcRank, comm_, s);
+    if (r == collSuccess && buffer.bytes() > 0)
+      r = collRecv(buffer.data(), buffer.bytes(), collUint8, srcRank, comm_, s);
     return r;
   };
   op.finish = [header, buffer, srcRank, tag] {
@@ -773,9 +776,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::runCoalesced() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::allreduceInt4(at::Tensor& tensor, at::Tensor& residual,
                                                                      int blockSize, bool average, int64_t minBytes) {
   requireCpu(tensor, "allreduce_int4");
-  TORCH_CHECK(tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kHalf ||
-                  tensor.scalar_type() == at::kBFloat16,
-              "collective backend: allreduce_int4 takes float32, float16 or bfloat16, got ", dtypeName(tensor));
+  TORCH_CHECK(
+      tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16,
+      "collective backend: allreduce_int4 takes float32, float16 or bfloat16, got ", dtypeName(tensor));
   TORCH_CHECK(tensor.is_contiguous(), "collective backend: allreduce_int4 needs a contiguous tensor");
   if (residual.defined()) {
     requireCpu(residual, "allreduce_int4");

@@ -55,8 +55,8 @@ class ProcessGroupCollective : public BackendBase {
   // PyTorch hands the backend; every rank then joins the communicator. globalRanks: the ranks of
   // the default group that make this group (empty for the default group itself), for messages.
   static c10::intrusive_ptr<ProcessGroupCollective> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                          int size, std::chrono::milliseconds timeout,
-                                                          std::vector<int64_t> globalRanks);
+                                                           int size, std::chrono::milliseconds timeout,
+                                                           std::vector<int64_t> globalRanks);
   ProcessGroupCollective(collComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
                          std::vector<int64_t> globalRanks);
   ~ProcessGroupCollective() override;
@@ -75,8 +75,9 @@ class ProcessGroupCollective : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputTensors,
                                            std::vector<at::Tensor>& inputTensors,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& outputBuffer, at::Tensor& inputBuffer,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputTensors,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
