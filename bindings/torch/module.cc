@@ -25,6 +25,14 @@ c10::intrusive_ptr<torch_collective::BackendBase> asBase(c10::intrusive_ptr<Proc
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "libcollective's torch.distributed backend";
+  ProcessGroupCollective::outsideInterpreterLock = [](const std::function<void()>& wait) {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release unlocked;
+      wait();
+    } else {
+      wait();
+    }
+  };
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,

@@ -232,6 +232,12 @@ void CollectiveWork::complete(std::exception_ptr error) {
 
 // ---- construction and the worker ------------------------------------------------------------
 
+namespace {
+void runAsIs(const std::function<void()>& wait) { wait(); }
+}  // namespace
+
+void (*ProcessGroupCollective::outsideInterpreterLock)(const std::function<void()>&) = runAsIs;
+
 c10::intrusive_ptr<ProcessGroupCollective> ProcessGroupCollective::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                                           int rank, int size,
                                                                           std::chrono::milliseconds timeout,
@@ -279,7 +285,9 @@ ProcessGroupCollective::~ProcessGroupCollective() {
     stopping_ = true;
   }
   queued_.notify_all();
-  if (worker_.joinable()) worker_.join();  // queued work completes first, as with gloo
+  // Queued work completes first, as with gloo. The worker may drop the last reference to a tensor
+  // that owns a Python object, which takes the interpreter lock: the join must not hold it.
+  if (worker_.joinable()) outsideInterpreterLock([this] { worker_.join(); });
   (void)collHostStreamDestroy(stream_);
   if (!aborted_.load()) {
     collResult_t asyncError = collSuccess;

@@ -124,6 +124,11 @@ class ProcessGroupCollective : public BackendBase {
   std::vector<int64_t> failedRanks();
   int64_t timeoutMs() const { return timeout_.count(); }
 
+  // Runs a wait for the worker thread without the Python interpreter lock where the caller holds
+  // it (set by the Python module; the C++ part knows nothing of Python): the worker may need that
+  // lock to free a tensor's Python object, so waiting for it while holding the lock deadlocks.
+  static void (*outsideInterpreterLock)(const std::function<void()>& wait);
+
  private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> body);
