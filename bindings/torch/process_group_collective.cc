@@ -173,6 +173,19 @@ void checkSameLayout(const at::Tensor& reference, const at::Tensor& t, const cha
   requireCpu(t, what);
 }
 
+// The single-tensor forms (all_gather_into_tensor, reduce_scatter_tensor): `whole` holds one
+// `piece` per rank, of the same dtype, both on the CPU.
+void checkWholeAndPiece(const at::Tensor& whole, const at::Tensor& piece, int size, const char* what,
+                        const char* wholeRole) {
+  requireCpu(whole, what);
+  requireCpu(piece, what);
+  const char* pieceRole = std::strcmp(wholeRole, "output") == 0 ? "input" : "output";
+  TORCH_CHECK(whole.scalar_type() == piece.scalar_type(), "collective backend: ", what, ": ", wholeRole, " dtype ",
+              dtypeName(whole), " differs from ", pieceRole, " dtype ", dtypeName(piece));
+  TORCH_CHECK(whole.numel() == piece.numel() * size, "collective backend: ", what, ": the ", wholeRole, " must hold ",
+              size, " x ", piece.numel(), " elements, it holds ", whole.numel());
+}
+
 // The root's list of gather outputs or scatter inputs (one per rank, each like `like`); the other
 // ranks pass none and get an empty list.
 std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, bool isRoot,
@@ -460,14 +473,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::allgather(std::vector<std
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::_allgather_base(at::Tensor& outputBuffer,
                                                                        at::Tensor& inputBuffer,
                                                                        const c10d::AllgatherOptions&) {
-  requireCpu(inputBuffer, "all_gather_into_tensor");
-  requireCpu(outputBuffer, "all_gather_into_tensor");
-  TORCH_CHECK(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
-              "collective backend: all_gather_into_tensor: output dtype ", dtypeName(outputBuffer),
-              " differs from input dtype ", dtypeName(inputBuffer));
-  TORCH_CHECK(outputBuffer.numel() == inputBuffer.numel() * getSize(),
-              "collective backend: all_gather_into_tensor: ", "the output must hold ", getSize(), " x ",
-              inputBuffer.numel(), " elements, it holds ", outputBuffer.numel());
+  checkWholeAndPiece(outputBuffer, inputBuffer, getSize(), "all_gather_into_tensor", "output");
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {outputBuffer},
                  [this, in = Contiguous(inputBuffer), out = Contiguous(outputBuffer)] {
                    runOnStream("all_gather_into_tensor", [&](collStream_t s) {
@@ -562,14 +568,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollective::_reduce_scatter_base(at::Tensor& outputBuffer,
                                                                             at::Tensor& inputBuffer,
                                                                             const c10d::ReduceScatterOptions& opts) {
-  requireCpu(inputBuffer, "reduce_scatter_tensor");
-  requireCpu(outputBuffer, "reduce_scatter_tensor");
-  TORCH_CHECK(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
-              "collective backend: reduce_scatter_tensor: output dtype ", dtypeName(outputBuffer),
-              " differs from input dtype ", dtypeName(inputBuffer));
-  TORCH_CHECK(inputBuffer.numel() == outputBuffer.numel() * getSize(),
-              "collective backend: reduce_scatter_tensor: ", "the input must hold ", getSize(), " x ",
-              outputBuffer.numel(), " elements, it holds ", inputBuffer.numel());
+  checkWholeAndPiece(inputBuffer, outputBuffer, getSize(), "reduce_scatter_tensor", "input");
   const ReductionView view = reductionView(outputBuffer, opts.reduceOp.op_, "reduce_scatter_tensor");
   auto op = std::make_shared<LibraryOp>(opts.reduceOp, view, "reduce_scatter_tensor");
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {outputBuffer},
