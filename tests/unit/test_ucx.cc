@@ -400,6 +400,45 @@ TEST(Ucx, OptionsFromConfig) {
   }
 }
 
+// UCX's whole configuration as ucp_config_print writes it ("NAME=VALUE" lines, UCX_ prefix dropped).
+std::string printedUcxConfig(const UcxOptions& o) {
+  ucp_config_t* config = nullptr;
+  Status st = buildUcxConfig(o, &config);
+  EXPECT_TRUE(st.ok()) << st.message();
+  if (!st.ok()) return "";
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  fclose(f);
+  ucp_config_release(config);
+  std::string out(text, size);
+  free(text);
+  return "\n" + out;
+}
+
+// The communicator's class reaches UCX's verbs transports as the context's own IB_TRAFFIC_CLASS
+// (which UCX applies over UCX_IB_TRAFFIC_CLASS), replacing one in COLL_UCX_CONFIG; unset, that one
+// stays.
+TEST(Ucx, TrafficClassIsTheContextsIbTrafficClass) {
+  auto settings = [](const std::string& printed) {
+    std::vector<std::string> found;
+    for (size_t at = printed.find("\nIB_TRAFFIC_CLASS="); at != std::string::npos;
+         at = printed.find("\nIB_TRAFFIC_CLASS=", at + 1)) {
+      found.push_back(printed.substr(at + 1, printed.find('\n', at + 1) - at - 1));
+    }
+    return found;
+  };
+  UcxOptions o = options("tcp", 1 << 20, 1 << 16);
+  EXPECT_EQ(settings(printedUcxConfig(o)), std::vector<std::string>{});
+  o.trafficClass = 96;
+  EXPECT_EQ(settings(printedUcxConfig(o)), std::vector<std::string>{"IB_TRAFFIC_CLASS=96"});
+  o.config = "TCP_SNDBUF=1M;IB_TRAFFIC_CLASS=64";
+  EXPECT_EQ(settings(printedUcxConfig(o)), std::vector<std::string>{"IB_TRAFFIC_CLASS=96"});
+  o.trafficClass = kTrafficClassUnset;
+  EXPECT_EQ(settings(printedUcxConfig(o)), std::vector<std::string>{"IB_TRAFFIC_CLASS=64"});
+}
+
 }  // namespace
 }  // namespace coll
 

@@ -72,8 +72,13 @@ std::string ucxVersion() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 
-// A context with COLL_UCX_TLS applied to the configuration UCX read (not to our environment).
-Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* out) {
+}  // namespace
+
+constexpr const char* kIbTrafficClassSetting = "IB_TRAFFIC_CLASS";
+
+// UCX's configuration with COLL_UCX_TLS, COLL_UCX_CONFIG and the communicator's traffic class applied
+// (to the configuration UCX read, not to our environment).
+Status buildUcxConfig(const UcxOptions& options, ucp_config_t** out) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return makeError(collSystemError, "UCX cannot read its configuration: %s", ucs_status_string(st));
@@ -100,6 +105,8 @@ Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* 
     settings = end == std::string::npos ? "" : settings.substr(end + 1);
     if (item.empty()) continue;
     const size_t eq = item.find('=');
+    // UCX keeps both of two settings of one name: the communicator's class (below) replaces this one.
+    if (options.trafficClass != kTrafficClassUnset && item.substr(0, eq) == kIbTrafficClassSetting) continue;
     if (eq == std::string::npos || eq == 0) {
       ucp_config_release(config);
       return makeError(collInvalidUsage,
@@ -113,6 +120,29 @@ Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* 
       return makeError(collInvalidUsage, "COLL_UCX_CONFIG: UCX refuses %s: %s", item.c_str(), ucs_status_string(st));
     }
   }
+  // Last, so it wins over UCX_IB_TRAFFIC_CLASS and COLL_UCX_CONFIG as it wins over COLL_IB_TC: the
+  // GRH traffic class of UCX's verbs transports (rc, dc, ud) for this context only. UCX's tcp has no
+  // such setting.
+  if (options.trafficClass != kTrafficClassUnset) {
+    const std::string value = std::to_string(options.trafficClass);
+    st = ucp_config_modify(config, kIbTrafficClassSetting, value.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return makeError(collSystemError, "UCX refuses IB_TRAFFIC_CLASS=%s (config.trafficClass): %s", value.c_str(),
+                       ucs_status_string(st));
+    }
+  }
+  *out = config;
+  return okStatus();
+}
+
+namespace {
+
+// A context with buildUcxConfig's configuration.
+Status initContext(const UcxOptions& options, uint64_t features, ucp_context_h* out) {
+  ucp_config_t* config = nullptr;
+  COLL_TRY(buildUcxConfig(options, &config));
+  ucs_status_t st = UCS_OK;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = features;
@@ -214,6 +244,7 @@ Status UcxNet::create(Bootstrap& bootstrap, const UcxOptions& options, std::uniq
   COLL_TRY(initContext(options, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, &net->context_));
   const std::vector<std::string> tls = contextTransports(net->context_);
   net->transports_ = joined(tls);
+  for (const std::string& tl : tls) net->hasRdma_ = net->hasRdma_ || isRdmaTransport(tl);
   // auto: UCX picks by size (rendezvous for large messages; measured fastest over its tcp too).
   if (options.protocol == "eager") net->sendFlags_ = UCP_AM_SEND_FLAG_EAGER;
   else if (options.protocol == "rndv") net->sendFlags_ = UCP_AM_SEND_FLAG_RNDV;
@@ -625,14 +656,21 @@ Status UcxNet::connect(int peer, Deadline deadline, std::unique_ptr<Connection>*
 }
 
 Status createUcxNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
-  // UCX's tcp and sm transports (the ones this transport is used with) have no class to set, and
-  // the endpoints' sockets are UCX's own; UCX_IB_TRAFFIC_CLASS sets one for its RDMA transports,
-  // for the whole process.
+  UcxOptions options = ucxOptionsFromConfig();
   if (trafficClass != kTrafficClassUnset) {
-    COLL_INFO(bootstrap.rank(), "config.trafficClass %d is not applied by the ucx transport", trafficClass);
+    // Only UCX's verbs transports read the setting; without one UCX would warn that nothing used it.
+    bool rdma = false;
+    if (ucxAvailable(&rdma, nullptr) && rdma) {
+      options.trafficClass = trafficClass;
+    } else {
+      COLL_INFO(bootstrap.rank(),
+                "config.trafficClass %d is not applied by the ucx transport: UCX has no verbs transport here and its "
+                "tcp has no class to set",
+                trafficClass);
+    }
   }
   std::unique_ptr<UcxNet> net;
-  COLL_TRY(UcxNet::create(bootstrap, ucxOptionsFromConfig(), &net));
+  COLL_TRY(UcxNet::create(bootstrap, options, &net));
   *out = std::move(net);
   return okStatus();
 }

@@ -45,8 +45,12 @@ struct UcxOptions {
   std::string protocol = "auto";       // COLL_UCX_PROTOCOL: auto, eager or rndv
   std::string config;                  // COLL_UCX_CONFIG: NAME=VALUE;... for ucp_config_modify
   bool configIsDefault = true;         // COLL_UCX_CONFIG unset: its default tunes UCX's tcp only
+  int trafficClass = kTrafficClassUnset;  // the communicator's config.trafficClass
 };
 UcxOptions ucxOptionsFromConfig();
+// UCX's configuration for a context with these options (the caller releases it with
+// ucp_config_release).
+Status buildUcxConfig(const UcxOptions& options, ucp_config_t** out);
 
 class UcxConnection;
 
@@ -73,6 +77,8 @@ class UcxNet final : public NetTransport {
   ucp_context_h context() const { return context_; }
   // The transports UCX selected for this context ("tcp,posix,sysv,cma,self").
   const std::string& transports() const { return transports_; }
+  // One of them drives an RDMA device (rc, dc, ud, ...).
+  bool hasRdma() const { return hasRdma_; }
   // The lower rank of a pair: takes the peer's reply if it arrived and creates the endpoint.
   Status pollReply(UcxConnection* conn, bool* ready);
   // Takes over a closing connection's endpoint: flushed (when healthy) and closed with the net.
@@ -108,6 +114,7 @@ class UcxNet final : public NetTransport {
   uint32_t sendFlags_ = 0;           // from COLL_UCX_PROTOCOL
   uint64_t round_ = 1;
   std::string transports_;
+  bool hasRdma_ = false;
   std::vector<UcxConnection*> byRank_;  // connections by peer rank, for the message handlers
   struct EndpointOwner {
     UcxNet* net;
