@@ -3,6 +3,7 @@
 #include "bench/perf_harness.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +95,10 @@ void printUsage(FILE* out, const char* program) {
           "                        counts elements beyond the format's tolerance, not inexact ones\n"
           "      --wire            extra columns: bytes sent per rank per call (wire(B)) and their\n"
           "                        share of an uncompressed ring's 2(p-1)/p*size (wire%%)\n"
+          "      --per-call        also time each out-of-place timed call alone: per size a line\n"
+          "                        '# calls' with call 1, call 2 and the median of calls 3..n\n"
+          "                        (each call ends when its last rank returns; with -w 0, call 1\n"
+          "                        is the first of that size: the cold start)\n"
           "      --json FILE       also write the results as JSON (rank 0)\n"
           "  -h, --help            this text\n",
           program);
@@ -131,6 +136,9 @@ struct Row {
   Overlap overlap;
   double wireBytes = -1;     // --wire: mean over ranks of the bytes one out-of-place call sent; -1 = none
   double fallbackCalls = 0;  // --compress: timed calls that ran uncompressed (below minBytes)
+  // --per-call: out-of-place call 1, call 2 and the median of calls 3..n (us); -1 = not measured.
+  double call1Us = -1, call2Us = -1, steadyUs = -1;
+  double faults1 = -1, faults2 = -1;  // minor page faults in calls 1 and 2, summed over ranks
   size_t bytes() const { return shape.extent() * typeSize(type); }
 };
 
@@ -443,13 +451,26 @@ class Runner {
     if (!syncStream(&err)) return fail(std::string("warm-up ") + info_.name, err);
     if (!be_.barrier(&err)) return fail("barrier", err);
     if (countWire) (void)be_.traffic(&before);
+    const bool perCall = opts_.perCall && !inPlace;
+    // Per call: when this rank returned from it (the clock is the machine's monotonic one, shared
+    // by every rank of a host), slot 0 the loop's start.
+    if (perCall) {
+      callEnds_.assign(static_cast<size_t>(opts_.iters) + 1, 0.0);
+      callFaults_.assign(callEnds_.size(), 0.0);
+    }
     auto t0 = std::chrono::steady_clock::now();
+    if (perCall) callEnds_[0] = usSinceEpoch(t0), callFaults_[0] = minorFaults();
     for (int i = 0; i < opts_.iters; ++i) {
       if (!issue(call, &err)) return fail(std::string("timed ") + info_.name, err);
-      if (blocking_ && queued() && !syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
+      if ((blocking_ || perCall) && queued() && !syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
+      if (perCall) {
+        callEnds_[static_cast<size_t>(i) + 1] = usSinceEpoch(std::chrono::steady_clock::now());
+        callFaults_[static_cast<size_t>(i) + 1] = minorFaults();
+      }
     }
     if (!syncStream(&err)) return fail(std::string("timed ") + info_.name, err);
     auto t1 = std::chrono::steady_clock::now();
+    if (perCall && !perCallTimes(&row)) return false;
     if (countWire) (void)be_.traffic(&after);
     double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(opts_.iters, 1);
     if (countWire && !wirePerCall(before, after, &row)) return false;
@@ -457,6 +478,44 @@ class Runner {
     double bytes = algBytes(coll_, row.shape, typeSize(row.type), nranks_);
     p->algBw = p->timeUs > 0 ? bytes / (p->timeUs * 1e-6) / 1e9 : 0;
     p->busBw = p->algBw * info_.busFactor(nranks_);
+    return true;
+  }
+
+  static double usSinceEpoch(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+  }
+
+  // This process's minor page faults so far (every thread's: a library's helper threads too).
+  static double minorFaults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_minflt);
+  }
+
+  // --per-call: call i ends when its last rank returns from it; its time is from the end of call
+  // i-1 (the loop's start, the latest rank's, for call 1). Steady state: the median of calls 3..n.
+  // Page faults: the sum over ranks of the minor faults taken during calls 1 and 2.
+  bool perCallTimes(Row* row) {
+    std::vector<double> ends(callEnds_.size());
+    std::string err;
+    if (!be_.allReduce(callEnds_.data(), ends.data(), ends.size(), collFloat64, collMax, &err))
+      return fail("all-reduce of the call times", err);
+    if (callFaults_.size() >= 3) {
+      const double mine[2] = {callFaults_[1] - callFaults_[0], callFaults_[2] - callFaults_[1]};
+      double all[2] = {0, 0};
+      if (!be_.allReduce(mine, all, 2, collFloat64, collSum, &err)) return fail("all-reduce of the faults", err);
+      row->faults1 = all[0], row->faults2 = all[1];
+    }
+    std::vector<double> each;
+    for (size_t i = 1; i < ends.size(); ++i) each.push_back(ends[i] - ends[i - 1]);
+    if (each.size() >= 1) row->call1Us = each[0];
+    if (each.size() >= 2) row->call2Us = each[1];
+    if (each.size() >= 3) {
+      std::vector<double> rest(each.begin() + 2, each.end());
+      std::sort(rest.begin(), rest.end());
+      const size_t m = rest.size() / 2;
+      row->steadyUs = rest.size() % 2 ? rest[m] : (rest[m - 1] + rest[m]) / 2;
+    }
     return true;
   }
 
@@ -709,6 +768,15 @@ class Runner {
       printf("#  %zu B ran uncompressed in %.0f of %d timed calls (below minBytes: COLL_COMPRESS_MIN_BYTES)\n",
              row.bytes(), row.fallbackCalls, opts_.iters);
     }
+    if (row.call1Us >= 0) {
+      char c1[32], c2[32], st[32];
+      printf(
+          "#  calls %12zu B: call1 %s us  call2 %s us  steady %s us  call1/steady %.2f  call2/steady %.2f  "
+          "faults1 %.0f  faults2 %.0f\n",
+          row.bytes(), formatTime(row.call1Us, c1, sizeof(c1)), formatTime(row.call2Us, c2, sizeof(c2)),
+          formatTime(row.steadyUs, st, sizeof(st)), row.steadyUs > 0 ? row.call1Us / row.steadyUs : 0.0,
+          row.steadyUs > 0 ? row.call2Us / row.steadyUs : 0.0, row.faults1, row.faults2);
+    }
     if (row.overlap.commUs >= 0) {
       char c[32], p[32], b[32];
       printf("#  overlap %12zu B: comm %s us  comp %s us  both %s us  overlap %4.2f\n", row.bytes(),
@@ -811,6 +879,8 @@ class Runner {
   BusyLoop busy_;
   size_t units_ = 1;  // busy-loop units of the current size
   bool showWire_ = false;
+  std::vector<double> callEnds_;    // --per-call: this rank's end of each timed call (us), [0] the start
+  std::vector<double> callFaults_;  // --per-call: this process's minor faults at the same points
   collCompression_t compression_{};
   std::vector<float> residual_;     // --compress ...:feedback (host buffers: the residual itself)
   void* deviceResidual_ = nullptr;  // ... with device buffers
@@ -843,6 +913,10 @@ int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* op
     }
     if (key == "--wire" && !hasInline) {
       opts->wire = true;
+      continue;
+    }
+    if (key == "--per-call" && !hasInline) {
+      opts->perCall = true;
       continue;
     }
     if (!hasInline) {

@@ -34,6 +34,9 @@ struct PerfOptions {
   CompressSpec compress;
   // --wire (implied by --compress): wire bytes per call and their fraction of an uncompressed ring's.
   bool wire = false;
+  // --per-call: each out-of-place timed call timed alone (cold start: call 1, call 2, the median
+  // of the rest), printed as a "# calls" line per size.
+  bool perCall = false;
   // -G 0|1 / --host: where the buffers live. -1 (neither given): device memory when a CUDA device
   // is present (and neither --stream nor --compress asks for host memory), else host memory.
   int deviceBuffers = -1;

@@ -43,3 +43,6 @@ foreach(pair ${COLL_PERF_BINARIES})
       OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
   endif()
 endforeach()
+# comm_init_perf: the time to make a communicator (public API only).
+add_executable(comm_init_perf ${CMAKE_CURRENT_LIST_DIR}/comm_init_perf.cc)
+target_link_libraries(comm_init_perf PRIVATE collective)

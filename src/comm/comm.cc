@@ -17,13 +17,21 @@
 
 namespace coll {
 
+const BoolKnob kLazySetup("COLL_LAZY_SETUP", "0",
+                          "1: leave what calls need to the first call that needs it: stream lanes k > 0 made by their "
+                          "first call, shared-memory pages mapped on first touch (less memory for communicators that "
+                          "make few calls; the first calls of each lane and size are slow). 0: both done by a thread "
+                          "started at creation, which the first call waits for.",
+                          {KnobSection::PlannerExecutor, 125});
+
 Comm::Comm()
     : links_(topo_, failure_),
       plans_(topo_),
       queue_([this](const Work& work) { return execute(work); }, failure_.abortedFlag()) {}
 
 Comm::~Comm() {
-  stopLanes();  // the lanes' queued work first: it may wait (stream order) for lane 0's
+  (void)awaitSetup();  // every rank's lanes are made together: ours must take part
+  stopLanes();         // the lanes' queued work first: it may wait (stream order) for lane 0's
   queue_.stop();
   device_.reset();  // after the progress thread: releases any stream still waiting
   failure_.stop();  // notices out before our connections close; no handler calls after this
@@ -69,11 +77,23 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   // gets its job killed by launchers, and peers killed half-way through creating shared memory
   // leave its names behind.
   COLL_TRY(PlanCache::checkAlgoKnob(topo_, links_.mayHaveWindows(), shmOptionsFromConfig().windowHalfBytes));
+  const bool lazy = kLazySetup.get();
   COLL_TRY(links_.open(*bootstrap_, config_.netName, config_.trafficClass, timeoutMs_, deadline));
   checkCalls_ = callCheckEnabled();
 
   COLL_TRY(setupPlanner());
   startLanes();
+  if (!lazy) {
+    // What the first calls of each lane paid for (PERFORMANCE.md, "Cold start"): the shared
+    // memory's pages and the lanes' communicators. A lane's communicator does it now (it is made in
+    // the background already); the communicator itself in a thread that its first call waits for,
+    // so that creation stays about as fast as before.
+    if (laneParent_ != nullptr) {
+      if (ShmHost* shm = links_.shm()) shm->prefault();
+    } else {
+      setup_ = std::thread([this] { setupStatus_ = setUpAhead(); });
+    }
+  }
   // As NCCL: a communicator made while a CUDA context is current uses that context's device.
   if (const gpu::CudaDriver* cu = laneParent_ ? nullptr : gpu::cudaDriver()) {
     CUcontext ctx = nullptr;
@@ -83,6 +103,18 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     }
   }
   return okStatus();
+}
+
+Status Comm::setUpAhead() {
+  if (ShmHost* shm = links_.shm()) shm->prefault();
+  return lanes_ ? lanes_->makeAll().withContext("making the stream lanes (COLL_LAZY_SETUP=1 makes them on first use)")
+                : okStatus();
+}
+
+Status Comm::awaitSetup() {
+  if (!setup_.joinable()) return setupStatus_;
+  setup_.join();
+  return setupStatus_;
 }
 
 void Comm::setTopologyMachines() {
@@ -407,6 +439,7 @@ Status Comm::annotate(const Status& status, const std::string& what) {
 }
 
 Status Comm::enqueue(Work work) {
+  if (setup_.joinable()) COLL_TRY(awaitSetup());
   // Work index w runs on lane w mod L (lanes.cc says why that cannot deadlock). An empty piece of
   // work (a group whose calls were all no-ops) only marks its stream's order: lane 0, no index.
   if (lanes_ && !(work.collectives.empty() && work.p2p.empty())) {
@@ -424,6 +457,7 @@ Comm::P2pCall Comm::p2pCallOf(const CollArgs& a) {
 int Comm::laneOf(bool pointToPointOnly) { return pointToPointOnly ? lanes_->peek() : lanes_->take(); }
 
 Status Comm::runNow(const CollArgs& args) {
+  if (setup_.joinable()) COLL_TRY(awaitSetup());
   const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
   if (lanes_) {
     const int k = laneOf(p2p);
@@ -444,6 +478,7 @@ Status Comm::runNow(const CollArgs& args) {
 }
 
 Status Comm::runNow(Work work) {
+  if (setup_.joinable()) COLL_TRY(awaitSetup());
   if (lanes_) {
     if (work.collectives.empty() && work.p2p.empty()) {
       // collCommFinalize: every lane's queued work completes, then lane 0's.
@@ -467,6 +502,7 @@ Status Comm::bindDevice(int device) {
 }
 
 Status Comm::enqueueDevice(Work work, CUstream stream, int device) {
+  if (setup_.joinable()) COLL_TRY(awaitSetup());
   COLL_TRY(failure_.checkUsable());
   if (failure_.aborted()) return makeError(collInvalidUsage, "the communicator was aborted");
   COLL_TRY(bindDevice(device));

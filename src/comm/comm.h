@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/base/deadline.h"
@@ -118,6 +119,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   Status revokeLanes();
   // collCommGetStats (read by the thread that issues calls, or after synchronizing the stream).
   collCommStats_t stats() const;
+  // How many stream lanes exist now: 1 (this communicator) plus the lanes' communicators made so
+  // far (all of them once the first call has started, unless COLL_LAZY_SETUP=1). Any thread.
+  int lanesMade();
 
  private:
   friend class Lanes;
@@ -128,6 +132,12 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   void setTopologyMachines();
   // Planner inputs: topology, windows, the planner's knobs, the link model (knobs, else the probe).
   Status setupPlanner();
+  // COLL_LAZY_SETUP=0: what the first calls would otherwise pay for (the shared memory's pages, the
+  // lanes' communicators), run by setup_ from the end of init; every rank's setup_ takes part in
+  // making the lanes. awaitSetup: the first call (or the destructor) waits for it, on the thread
+  // that issues calls; its failure is the call's.
+  Status setUpAhead();
+  Status awaitSetup();
 
   using PlanEntry = PlanCache::PlanEntry;
   Status runPlan(PlanEntry& plan, const CollArgs& args);
@@ -180,6 +190,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   PlanCache plans_;
   WorkQueue queue_;
   std::unique_ptr<Lanes> lanes_;  // COLL_STREAM_LANES > 1: lanes 1..L-1
+  std::thread setup_;             // setUpAhead, until the first call joins it
+  Status setupStatus_;
   UserOps userOps_;
   bool checkCalls_ = false;  // COLL_CHECK
   uint64_t seq_ = 0;         // collective calls so far (every rank's same count; point-to-point batches do not count)

@@ -33,7 +33,8 @@ namespace coll {
 const IntKnob kStreamLanes("COLL_STREAM_LANES", "2",
                            "Lanes per communicator (1-16): work number w runs on lane w mod N, so work on different "
                            "host streams of one communicator overlaps; lane k > 0 is an internal communicator over the "
-                           "same ranks, made on first use. 1: one lane, all work of a communicator in issue order.",
+                           "same ranks, made in the background from creation on (COLL_LAZY_SETUP=1: on first use). 1: "
+                           "one lane, all work of a communicator in issue order.",
                            {KnobSection::PlannerExecutor, 120});
 
 namespace {
@@ -202,6 +203,11 @@ Status Lanes::ready(Lane& lane) {
   return okStatus();
 }
 
+Status Lanes::makeAll() {
+  for (int k = 1; k < count_; ++k) COLL_TRY(ready(*lanes_[static_cast<size_t>(k)]));
+  return okStatus();
+}
+
 Status Lanes::run(Lane& lane, const Comm::Work& work) {
   if (work.collectives.empty() && work.p2p.empty()) return okStatus();  // a drain marker
   COLL_TRY(ready(lane));
@@ -276,6 +282,12 @@ void Lanes::forEachChild(const std::function<void(Comm&)>& fn) {
 void Comm::startLanes() {
   const int count = laneParent_ != nullptr ? 1 : streamLanesFromConfig();
   if (count > 1) lanes_ = std::make_unique<Lanes>(*this, count);
+}
+
+int Comm::lanesMade() {
+  int n = 1;
+  if (lanes_) lanes_->forEachChild([&](Comm&) { ++n; });
+  return n;
 }
 
 void Comm::stopLanes() {

@@ -41,6 +41,10 @@ class Lanes {
   // have issued the same collectives, so they agree on the lane.
   int peek() const { return static_cast<int>(next_ % static_cast<uint64_t>(count_)); }
 
+  // Makes every lane's child communicator now, on the calling thread (the communicator's setup
+  // thread, on every rank in the same order): the first work of a lane then finds it made.
+  Status makeAll();
+
   // Work for lane k (k > 0): queued behind the lane's earlier work, run by its progress thread.
   Status enqueue(int k, Comm::Work work);
   // Runs work on lane k now: on the caller's thread while the lane has no progress thread (the

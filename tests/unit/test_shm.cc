@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -458,6 +459,57 @@ TEST(Shm, CreateThroughBootstrap) {
   EXPECT_EQ(c02->recvData()[63], std::byte{0xab});
   hosts[1]->completedCalls(1).store(5);
   EXPECT_EQ(hosts[0]->completedCalls(1).load(), 5u);
+}
+
+// Kilobytes of the mapping that holds `p` which this process's page tables map now (smaps' Rss),
+// and the mapping's size; -1 when /proc/self/smaps has no such mapping.
+long residentKiB(const void* p, long* sizeKiB) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return -1;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  char line[512];
+  bool inside = false;
+  long size = -1, rss = -1;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      if (inside) break;
+      inside = addr >= lo && addr < hi;
+      continue;
+    }
+    if (!inside) continue;
+    sscanf(line, "Size: %ld kB", &size);
+    sscanf(line, "Rss: %ld kB", &rss);
+  }
+  fclose(f);
+  *sizeKiB = size;
+  return rss;
+}
+
+// Calls must not take a page fault per 4 KiB of window or FIFO the first time they touch them:
+// after prefault(), every rank maps its own segment whole and each peer's window and its FIFO into
+// that peer; before, only the few pages create() wrote or read.
+TEST(Shm, PrefaultMapsWhatTheCallsTouch) {
+  ShmOptions o{1 << 20, 4 << 20, 8};
+  auto hosts = createHosts(2, o, freshHash());
+  ASSERT_TRUE(hosts[0] && hosts[1]);
+  const long segment = static_cast<long>(ShmHost::segmentBytes(o, 2) / 1024);
+  const long peerPart = static_cast<long>((hosts[0]->prefaultBytes() - ShmHost::segmentBytes(o, 2)) / 1024);
+  EXPECT_GE(peerPart, static_cast<long>(2 * o.windowHalfBytes / 1024));
+  for (bool after : {false, true}) {
+    for (int r = 0; r < 2; ++r) {
+      if (after) hosts[r]->prefault();
+      for (int peer = 0; peer < 2; ++peer) {
+        long size = 0;
+        const long rss = residentKiB(hosts[r]->windowHalf(peer, 1), &size);
+        ASSERT_GE(rss, 0) << "no smaps entry for rank " << r << "'s mapping of rank " << peer << "'s segment";
+        EXPECT_EQ(size, segment);
+        const long want = peer == r ? segment : peerPart;
+        if (after) EXPECT_GE(rss, want) << "rank " << r << ", segment of rank " << peer;
+        else EXPECT_LT(rss, want / 4) << "rank " << r << ", segment of rank " << peer << " before prefault";
+      }
+    }
+  }
 }
 
 TEST(Shm, OptionsFromConfig) {

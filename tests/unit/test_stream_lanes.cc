@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collective/collective.h"
+#include "src/comm/comm.h"
 #include "tests/unit/comm_threads.h"
 
 namespace {
@@ -350,6 +352,52 @@ TEST(StreamLanes, StatsSumTheLanesAndRevokeReachesThem) {
       EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
     }
   });
+}
+
+// How many lanes each rank has after its first and its second blocking call (work indices 0 and 1:
+// lanes 0 and 1), under COLL_LAZY_SETUP and COLL_STREAM_LANES.
+std::vector<std::pair<int, int>> lanesMade(int n, const char* lazy, const char* lanes) {
+  ScopedEnv lazyEnv("COLL_LAZY_SETUP", lazy), lanesEnv("COLL_STREAM_LANES", lanes), timeout("COLL_TIMEOUT", "20");
+  collUniqueId id;
+  EXPECT_EQ(collGetUniqueId(&id), collSuccess);
+  std::vector<std::pair<int, int>> out(static_cast<size_t>(n), {-1, -1});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<coll::Comm> comm;
+      coll::Status st = coll::Comm::create(id, n, r, coll::CommConfig{}, &comm);
+      ASSERT_TRUE(st.ok()) << "rank " << r << ": " << st.message();
+      for (int k = 0; k < 2; ++k) {
+        float x = 1.0f;
+        coll::CollArgs args;
+        args.sendbuff = &x, args.recvbuff = &x, args.count = 1;
+        st = comm->runNow(args);
+        ASSERT_TRUE(st.ok()) << "rank " << r << ": " << st.message();
+        EXPECT_EQ(x, static_cast<float>(n));
+        (k == 0 ? out[static_cast<size_t>(r)].first : out[static_cast<size_t>(r)].second) = comm->lanesMade();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// A lane's first call used to make its communicator: by default every lane is made from creation
+// on, in the background, and exists once the first call (which waits for it) has run on lane 0;
+// COLL_LAZY_SETUP=1 keeps the old way (made by the lane's first call).
+TEST(StreamLanes, LanesAreMadeAheadUnlessLazy) {
+  for (const auto& [first, second] : lanesMade(3, "0", "3")) {
+    EXPECT_EQ(first, 3);
+    EXPECT_EQ(second, 3);
+  }
+  for (const auto& [first, second] : lanesMade(3, "1", "3")) {
+    EXPECT_EQ(first, 1);
+    EXPECT_EQ(second, 2);  // lane 2 had no work yet
+  }
+  for (const auto& [first, second] : lanesMade(2, "0", "1")) {
+    EXPECT_EQ(first, 1);
+    EXPECT_EQ(second, 1);
+  }
 }
 
 }  // namespace

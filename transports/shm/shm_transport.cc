@@ -377,6 +377,52 @@ ShmHost::~ShmHost() {
   if (wakeFd_ >= 0) close(wakeFd_);
 }
 
+namespace {
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// Maps [begin, end) in this process's page tables and touches one byte per page. The page-table
+// fill is one system call (where the kernel has MADV_POPULATE_WRITE; else the reads fault the pages
+// in); the reads are for VMs where a page's first access through a new mapping costs microseconds
+// even with its entry present. Peers may write these bytes meanwhile and the values are discarded,
+// so the reads are not instrumented (a thread sanitizer would see a race that changes nothing).
+#if defined(__clang__) || defined(__GNUC__)
+__attribute__((no_sanitize("thread")))
+#endif
+void touchRange(std::byte* begin, std::byte* end) {
+  constexpr uintptr_t kPage = 4096;
+  auto* first = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(begin) & ~(kPage - 1));
+  if (end <= first) return;
+  (void)madvise(first, static_cast<size_t>(end - first), MADV_POPULATE_WRITE);
+  unsigned sink = 0;
+  for (const std::byte* p = first; p < end; p += kPage)
+    sink += static_cast<unsigned>(*reinterpret_cast<const volatile std::byte*>(p));
+  asm volatile("" : : "r"(sink));
+}
+
+}  // namespace
+
+void ShmHost::prefault() {
+  const int n = static_cast<int>(segments_.size());
+  for (int j = 0; j < n; ++j) {
+    std::byte* base = segments_[j];
+    if (j == localIdx_) {
+      touchRange(base, base + segmentBytes_);
+      continue;
+    }
+    auto* f = reinterpret_cast<std::byte*>(fifo(j, localIdx_));
+    touchRange(f, f + fifoStride_);
+    touchRange(base + windowOffset_, base + windowOffset_ + 2 * options_.windowHalfBytes);
+  }
+}
+
+uint64_t ShmHost::prefaultBytes() const {
+  const uint64_t peers = segments_.empty() ? 0 : segments_.size() - 1;
+  return segmentBytes_ + peers * (fifoStride_ + 2 * options_.windowHalfBytes);
+}
+
 int ShmHost::localIndex(int rank) const {
   auto it = std::lower_bound(localRanks_.begin(), localRanks_.end(), rank);
   if (it == localRanks_.end() || *it != rank) return -1;

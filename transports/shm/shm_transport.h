@@ -49,6 +49,14 @@ class ShmHost final : public HostWindows {
   // Segment bytes per rank for these options and local size (to size /dev/shm).
   static uint64_t segmentBytes(const ShmOptions& options, int localSize);
 
+  // Maps now, in this process's page tables, every page this rank's calls will touch: its own
+  // segment, and in each peer's its FIFO towards that peer and the window. Otherwise the first call
+  // to touch a page pays for it (a page fault, and on some VMs a few microseconds more per page of
+  // each mapping on first access, measured in PERFORMANCE.md). Reads only; safe beside calls.
+  void prefault();
+  // Bytes prefault() touches: those of this rank's mappings that its calls use.
+  uint64_t prefaultBytes() const;
+
   // Connection to a local peer (this rank itself gives a loopback stream). Cheap, no I/O. The
   // connection points into this host's mappings: destroy connections before the host.
   Status connection(int peer, std::unique_ptr<Connection>* out);
