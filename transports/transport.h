@@ -135,6 +135,13 @@ class Links {
   virtual Status checkHealth() { return okStatus(); }
   // True once the communicator is being aborted: waits give up at once.
   virtual bool aborting() const { return false; }
+  // Scratch of at least `bytes` shared by every Execution over these links (their runs never
+  // overlap), so a new call shape reuses memory earlier calls already touched instead of faulting
+  // in its own; valid until the next scratch() call. nullptr: each Execution keeps its own.
+  virtual std::byte* scratch(uint64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 }  // namespace coll

@@ -24,6 +24,12 @@ const BoolKnob kLazySetup("COLL_LAZY_SETUP", "0",
                           "started at creation, which the first call waits for.",
                           {KnobSection::PlannerExecutor, 125});
 
+const BytesKnob kScratchPrefaultBytes("COLL_SCRATCH_PREFAULT_BYTES", "16M",
+                                      "Scratch a communicator (and its lanes, which share it) allocates and touches at "
+                                      "creation, in the set-up thread (COLL_LAZY_SETUP=0): calls that need up to this "
+                                      "much (a Reduce's non-root ranks: the message size) do not fault it in.",
+                                      {KnobSection::PlannerExecutor, 126});
+
 Comm::Comm()
     : links_(topo_, failure_),
       plans_(topo_),
@@ -79,6 +85,7 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   COLL_TRY(PlanCache::checkAlgoKnob(topo_, links_.mayHaveWindows(), shmOptionsFromConfig().windowHalfBytes));
   const bool lazy = kLazySetup.get();
   COLL_TRY(links_.open(*bootstrap_, config_.netName, config_.trafficClass, timeoutMs_, deadline));
+  links_.setSharedScratch(laneParent_ != nullptr ? &laneParent_->sharedScratch_ : &sharedScratch_);
   checkCalls_ = callCheckEnabled();
 
   COLL_TRY(setupPlanner());
@@ -89,8 +96,9 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
     // the background already); the communicator itself in a thread that its first call waits for,
     // so that creation stays about as fast as before.
     if (laneParent_ != nullptr) {
-      if (ShmHost* shm = links_.shm()) shm->prefault();
+      prefaultMemory();
     } else {
+      setupDone_.store(false, std::memory_order_relaxed);
       setup_ = std::thread([this] { setupStatus_ = setUpAhead(); });
     }
   }
@@ -105,15 +113,28 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   return okStatus();
 }
 
-Status Comm::setUpAhead() {
+void Comm::prefaultMemory() {
   if (ShmHost* shm = links_.shm()) shm->prefault();
+  // Lanes share their parent's scratch (connections.h): the parent prefaults it, for calls up to
+  // COLL_SCRATCH_PREFAULT_BYTES (reduce on a non-root rank needs the message's size); larger ones
+  // grow it on their first call.
+  if (laneParent_ == nullptr) links_.prefaultScratch(kScratchPrefaultBytes.get());
+}
+
+Status Comm::setUpAhead() {
+  prefaultMemory();
   return lanes_ ? lanes_->makeAll().withContext("making the stream lanes (COLL_LAZY_SETUP=1 makes them on first use)")
                 : okStatus();
 }
 
 Status Comm::awaitSetup() {
-  if (!setup_.joinable()) return setupStatus_;
-  setup_.join();
+  if (!setupDone_.load(std::memory_order_acquire)) {
+    // The caller's thread and the lanes' progress threads may both get here first.
+    std::call_once(setupJoined_, [this] {
+      setup_.join();
+      setupDone_.store(true, std::memory_order_release);
+    });
+  }
   return setupStatus_;
 }
 
@@ -173,6 +194,10 @@ Status Comm::runExecution(Execution& execution, const Schedule& schedule, const 
       if (net != nullptr) net->leaveCall();
     }
   } netCall(links_.net());
+  struct ScratchBack {
+    Connections& links;
+    ~ScratchBack() { links.releaseScratch(); }
+  } scratchBack{links_};
   COLL_TRY(execution.start(schedule, buffers, links_, seq_));
   failure_.publishOp(what, count, dtype, seq_);
   Status st = runToCompletion(execution, links_, callDeadline(), links_.waitPolicy(), &failure_.snapshot());
@@ -335,6 +360,7 @@ Status Comm::pointToPoint(const P2pCall* calls, size_t ncalls) {
 }
 
 Status Comm::execute(const Work& work) {
+  COLL_TRY(awaitSetup());  // queued work waits here, on the progress thread, not in enqueue
   if (work.gate.seq != 0) return executeOnDevice(work);
   Status first;
   const std::vector<CollArgs>& calls = work.collectives;
@@ -439,7 +465,6 @@ Status Comm::annotate(const Status& status, const std::string& what) {
 }
 
 Status Comm::enqueue(Work work) {
-  if (setup_.joinable()) COLL_TRY(awaitSetup());
   // Work index w runs on lane w mod L (lanes.cc says why that cannot deadlock). An empty piece of
   // work (a group whose calls were all no-ops) only marks its stream's order: lane 0, no index.
   if (lanes_ && !(work.collectives.empty() && work.p2p.empty())) {
@@ -457,7 +482,7 @@ Comm::P2pCall Comm::p2pCallOf(const CollArgs& a) {
 int Comm::laneOf(bool pointToPointOnly) { return pointToPointOnly ? lanes_->peek() : lanes_->take(); }
 
 Status Comm::runNow(const CollArgs& args) {
-  if (setup_.joinable()) COLL_TRY(awaitSetup());
+  COLL_TRY(awaitSetup());
   const bool p2p = args.kind == CollKind::Send || args.kind == CollKind::Recv;
   if (lanes_) {
     const int k = laneOf(p2p);
@@ -478,7 +503,7 @@ Status Comm::runNow(const CollArgs& args) {
 }
 
 Status Comm::runNow(Work work) {
-  if (setup_.joinable()) COLL_TRY(awaitSetup());
+  COLL_TRY(awaitSetup());
   if (lanes_) {
     if (work.collectives.empty() && work.p2p.empty()) {
       // collCommFinalize: every lane's queued work completes, then lane 0's.
@@ -502,7 +527,6 @@ Status Comm::bindDevice(int device) {
 }
 
 Status Comm::enqueueDevice(Work work, CUstream stream, int device) {
-  if (setup_.joinable()) COLL_TRY(awaitSetup());
   COLL_TRY(failure_.checkUsable());
   if (failure_.aborted()) return makeError(collInvalidUsage, "the communicator was aborted");
   COLL_TRY(bindDevice(device));

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,10 +135,13 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   Status setupPlanner();
   // COLL_LAZY_SETUP=0: what the first calls would otherwise pay for (the shared memory's pages, the
   // lanes' communicators), run by setup_ from the end of init; every rank's setup_ takes part in
-  // making the lanes. awaitSetup: the first call (or the destructor) waits for it, on the thread
-  // that issues calls; its failure is the call's.
+  // making the lanes. awaitSetup: the first blocking call (on the caller's thread), the first
+  // queued work (on a progress thread: enqueue does not block) and the destructor wait for it;
+  // its failure is theirs.
   Status setUpAhead();
   Status awaitSetup();
+  // The shared memory's pages this rank uses, and scratch for calls up to a window half.
+  void prefaultMemory();
 
   using PlanEntry = PlanCache::PlanEntry;
   Status runPlan(PlanEntry& plan, const CollArgs& args);
@@ -190,8 +194,11 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   PlanCache plans_;
   WorkQueue queue_;
   std::unique_ptr<Lanes> lanes_;  // COLL_STREAM_LANES > 1: lanes 1..L-1
-  std::thread setup_;             // setUpAhead, until the first call joins it
+  std::thread setup_;             // setUpAhead, until awaitSetup joins it
+  std::once_flag setupJoined_;
+  std::atomic<bool> setupDone_{true};  // false while setup_ may still run
   Status setupStatus_;
+  SharedScratch sharedScratch_;  // this communicator's and its lanes' (a lane uses its parent's)
   UserOps userOps_;
   bool checkCalls_ = false;  // COLL_CHECK
   uint64_t seq_ = 0;         // collective calls so far (every rank's same count; point-to-point batches do not count)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "src/base/align.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/net.h"
@@ -187,6 +188,34 @@ Status Connections::checkHealth() {
 
 void Connections::notifyPeers() {
   if (shm_) shm_->notifyLocalPeers();
+}
+
+namespace {
+
+std::byte* grownScratch(SharedScratch& s, uint64_t bytes) {
+  if (bytes > s.bytes) {
+    // To the next MiB: sizes that creep up by a few elements do not allocate every call.
+    const uint64_t grown = roundUp(bytes, uint64_t{1} << 20);
+    s.data.reset(new std::byte[grown]);
+    s.bytes = grown;
+  }
+  return s.data.get();
+}
+
+}  // namespace
+
+std::byte* Connections::scratch(uint64_t bytes) {
+  if (family_ != nullptr && (holding_ || !family_->busy.exchange(true, std::memory_order_acquire))) {
+    holding_ = true;
+    return grownScratch(*family_, bytes);
+  }
+  return grownScratch(own_, bytes);
+}
+
+void Connections::prefaultScratch(uint64_t bytes) {
+  SharedScratch& s = family_ != nullptr ? *family_ : own_;
+  std::byte* p = grownScratch(s, bytes);
+  for (uint64_t i = 0; i < s.bytes; i += 4096) p[i] = std::byte{0};
 }
 
 uint64_t Connections::wireBytes() const {

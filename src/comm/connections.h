@@ -3,6 +3,7 @@
 // use of a peer, the windows, and how a waiting rank sleeps.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,15 @@ namespace coll {
 
 class ShmHost;
 class NetTransport;
+
+// Scratch shared by a communicator and its stream lanes (Links::scratch). A call takes it when no
+// other lane's call holds it — blocking calls alternate lanes on one thread, so every lane reuses
+// one buffer that earlier calls already touched — else its own links' scratch.
+struct SharedScratch {
+  std::atomic<bool> busy{false};
+  std::unique_ptr<std::byte[]> data;  // grown, never shrunk
+  uint64_t bytes = 0;
+};
 
 class Connections final : public Links {
  public:
@@ -59,6 +69,16 @@ class Connections final : public Links {
   void notifyPeers() override;
   Status checkHealth() override;
   bool aborting() const override { return failure_.aborting(); }
+  std::byte* scratch(uint64_t bytes) override;
+  // The family's scratch (the communicator's, for a lane its parent's); it outlives these links.
+  void setSharedScratch(SharedScratch* family) { family_ = family; }
+  // After each executor run: gives back the family's scratch if this run took it.
+  void releaseScratch() {
+    if (holding_) family_->busy.store(false, std::memory_order_release), holding_ = false;
+  }
+  // Grows the family's scratch to `bytes` and touches every page (the set-up thread, before any
+  // call), so calls that need up to that much find it mapped.
+  void prefaultScratch(uint64_t bytes);
 
  private:
   // COLL_TRANSPORT: Auto (shm on the host, net_ between hosts), Shm (every peer; one host only) or
@@ -79,6 +99,9 @@ class Connections final : public Links {
   std::vector<std::unique_ptr<Connection>> connections_;  // by peer rank, lazily made
   std::vector<Connection*> madeConnections_;              // the non-null entries of connections_
   WaitPolicy waitPolicy_;
+  SharedScratch* family_ = nullptr;
+  bool holding_ = false;  // this run uses family_'s scratch
+  SharedScratch own_;     // when another lane's call holds family_'s (busy unused)
 };
 
 }  // namespace coll

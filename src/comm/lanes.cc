@@ -11,10 +11,12 @@
 // smaller w. So every wait — for peers within the lane, for the lane's earlier work, for a
 // stream's earlier work — is a wait for a smaller w or for the same w on other ranks, which
 // themselves wait only for smaller w: the wait-for graph has no cycle, and the smallest w not
-// yet done can always progress. Making a lane is part of that lane's first work (on every rank,
-// by the thread that runs the work), it uses only the parent's bootstrap messages (no
-// collective of the parent, which would take work indices and tie lanes together), and it holds
-// no lock that other lanes' work needs.
+// yet done can always progress. Lanes are made by the communicator's set-up thread (every rank
+// makes them in the same order; the first call waits for its own rank's set-up thread, which waits
+// only for the other ranks' set-up threads), or with COLL_LAZY_SETUP=1 as part of a lane's first
+// work (on every rank, by the thread that runs the work). Either way making a lane uses only the
+// parent's bootstrap messages (no collective of the parent, which would take work indices and tie
+// lanes together), and it holds no lock that other lanes' work needs.
 #include "src/comm/lanes.h"
 
 #include <algorithm>
@@ -210,6 +212,7 @@ Status Lanes::makeAll() {
 
 Status Lanes::run(Lane& lane, const Comm::Work& work) {
   if (work.collectives.empty() && work.p2p.empty()) return okStatus();  // a drain marker
+  COLL_TRY(parent_.awaitSetup());  // queued work: the set-up thread may still be making this lane
   COLL_TRY(ready(lane));
   return lane.child->execute(work);
 }

@@ -1,6 +1,7 @@
 // Lanes: the concurrent execution lanes of one communicator, so that work on different host
 // streams of one communicator overlaps. Lane 0 is the communicator itself; lane k > 0 is an
-// internal child communicator over the same ranks, made lazily on every rank (see lanes.cc).
+// internal child communicator over the same ranks, made by the communicator's set-up thread on
+// every rank (lazily with COLL_LAZY_SETUP=1; see lanes.cc).
 #pragma once
 
 #include <atomic>

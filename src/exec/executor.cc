@@ -81,7 +81,7 @@ std::byte* Execution::resolve(const BufRef& ref) const {
   switch (ref.kind) {
     case BufKind::Send: return const_cast<std::byte*>(static_cast<const std::byte*>(buffers_.send)) + ref.offset;
     case BufKind::Recv: return static_cast<std::byte*>(buffers_.recv) + ref.offset;
-    case BufKind::Scratch: return const_cast<std::byte*>(scratch_.data()) + ref.offset;
+    case BufKind::Scratch: return scratchBase_ + ref.offset;
     case BufKind::Window: return windows_->windowHalf(ref.owner, seq_) + ref.offset;
     case BufKind::Extra:
       // Checked against nextra in bind(): builders and the communicator agree on the count.
@@ -100,6 +100,9 @@ Status Execution::start(const Schedule& schedule, const ExecBuffers& buffers, Li
     prepared_ = &schedule;
     preparedVersion_ = schedule.version;
     preparedLinks_ = &links;
+  } else if (schedule.scratchBytes > 0) {
+    // Another plan may have grown the links' shared scratch since.
+    if (std::byte* shared = links.scratch(schedule.scratchBytes)) scratchBase_ = shared;
   }
   if (hasQuantSteps_ && buffers.quant == nullptr) {
     return makeError(collInternalError,
@@ -180,7 +183,11 @@ Status Execution::prepare(const Schedule& schedule, Links& links) {
   stepPeer_.assign(nsteps, -1);
   srcPtr_.resize(nsteps);
   dstPtr_.resize(nsteps);
-  scratch_.resize(schedule.scratchBytes);
+  scratchBase_ = schedule.scratchBytes > 0 ? links.scratch(schedule.scratchBytes) : nullptr;
+  if (scratchBase_ == nullptr) {
+    scratch_.resize(schedule.scratchBytes);
+    scratchBase_ = scratch_.data();
+  }
   localSteps_.clear();
   extraNeeded_ = 0;
   hasQuantSteps_ = false;

@@ -128,7 +128,8 @@ class Execution {
   static void applyPosted(PostedRecv* self, const std::byte* data, uint64_t n);
   std::vector<StepPost> posts_;         // per distinct peer
   std::vector<uint32_t> connectOrder_;  // indices into conns_ by ascending peer rank (start)
-  std::vector<std::byte> scratch_;
+  std::vector<std::byte> scratch_;      // when the links keep no shared scratch (Links::scratch)
+  std::byte* scratchBase_ = nullptr;
   std::vector<int32_t> sendCursor_, recvCursor_;  // per distinct peer: position in its queue
   std::vector<int32_t> sendQueue_, recvQueue_;    // flattened per-peer step lists
   std::vector<int32_t> sendBegin_, recvBegin_;    // per peer offsets into the queues (+1 entry)
