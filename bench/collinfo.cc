@@ -1,6 +1,7 @@
 // collinfo: prints the library version, the SIMD level the kernels picked, the algorithms COLL_ALGO
 // can name, and every knob of the config registry with its current value; --markdown prints
-// docs/KNOBS.md's knob table.
+// docs/KNOBS.md's knob table; --topo prints this node's topology (or COLL_TOPO_FILE's) and the
+// placement it gives.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +10,8 @@
 #include "collective/collective.h"
 #include "src/base/config.h"
 #include "src/kernels/reduce.h"
+#include "src/topo/hw_topology.h"
+#include "src/topo/placement.h"
 
 namespace {
 
@@ -39,10 +42,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--markdown") == 0) {
       markdown = true;
+    } else if (strcmp(argv[i], "--topo") == 0) {
+      const coll::HwTopology* topo = nullptr;
+      coll::Status st = coll::nodeTopology(&topo);
+      if (!st.ok()) {
+        fprintf(stderr, "collinfo: %s\n", st.message().c_str());
+        return 1;
+      }
+      printf("%s%s", topo->describe().c_str(), coll::describePlacement(*topo).c_str());
+      return 0;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       printf(
-          "usage: collinfo [--markdown]\n  prints version, SIMD level and all environment knobs\n"
-          "  --markdown  the knob table for docs/KNOBS.md\n");
+          "usage: collinfo [--markdown | --topo]\n  prints version, SIMD level and all environment knobs\n"
+          "  --markdown  the knob table for docs/KNOBS.md\n"
+          "  --topo      this node's topology (COLL_TOPO_FILE: an hwloc XML file instead) and placement\n");
       return 0;
     } else {
       fprintf(stderr, "collinfo: unknown argument %s (see --help)\n", argv[i]);
