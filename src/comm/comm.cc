@@ -83,6 +83,8 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   // gets its job killed by launchers, and peers killed half-way through creating shared memory
   // leave its names behind.
   COLL_TRY(PlanCache::checkAlgoKnob(topo_, links_.mayHaveWindows(), shmOptionsFromConfig().windowHalfBytes));
+  COLL_TRY(setupPlacement(deadline));
+  ScopedPlacementHint placed(placement_.node != nullptr ? &placement_ : nullptr);  // for the transports' choices
   const bool lazy = kLazySetup.get();
   COLL_TRY(links_.open(*bootstrap_, config_.netName, config_.trafficClass, timeoutMs_, deadline));
   links_.setSharedScratch(laneParent_ != nullptr ? &laneParent_->sharedScratch_ : &sharedScratch_);

@@ -27,6 +27,7 @@
 #include "src/plan/link_probe.h"
 #include "src/schedule/coll_args.h"
 #include "src/schedule/schedule.h"
+#include "src/topo/placement.h"
 #include "src/topo/topology.h"
 
 namespace coll {
@@ -142,6 +143,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   Status awaitSetup();
   // The shared memory's pages this rank uses, and scratch for calls up to a window half.
   void prefaultMemory();
+  // The node's hardware, agreed with this host's ranks, and this rank's place in it, for the
+  // transports' choices (comm_placement.cc).
+  Status setupPlacement(Deadline deadline);
 
   using PlanEntry = PlanCache::PlanEntry;
   Status runPlan(PlanEntry& plan, const CollArgs& args);
@@ -189,6 +193,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   int64_t timeoutMs_ = 0;
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topo_;
+  HwTopology node_;          // the node's hardware (setupPlacement; empty where nothing needed it)
+  PlacementHint placement_;  // node == nullptr: no placement
   FailureManager failure_;
   Connections links_;
   PlanCache plans_;

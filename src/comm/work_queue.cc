@@ -1,6 +1,9 @@
 // The progress thread of a communicator's stream-ordered work (see work_queue.h).
 #include "src/comm/work_queue.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "src/base/deadline.h"
 #include "src/base/log.h"
 
@@ -11,11 +14,31 @@ Status WorkQueue::enqueue(CommWork work) {
   if (aborted_.load()) return makeError(collInvalidUsage, "the communicator was aborted");
   if (!progressThread_.joinable()) {
     progressThread_ = std::thread([this] { progressLoop(); });
+    bindProgressThread();
     threaded_.store(true, std::memory_order_release);
   }
   queue_.push_back(std::move(work));
   queueCv_.notify_one();
   return okStatus();
+}
+
+void WorkQueue::bindProgressThread() {
+  if (cpus_.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int32_t c : cpus_) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  int rc = pthread_setaffinity_np(progressThread_.native_handle(), sizeof set, &set);
+  if (rc != 0) {
+    COLL_WARN(rank_,
+              "progress thread%s: cannot bind it to %zu CPUs near the rank's devices (error %d); it runs "
+              "unbound (COLL_BIND_THREADS=0 stops trying)",
+              label_.c_str(), cpus_.size(), rc);
+  } else {
+    COLL_INFO(rank_, "progress thread%s bound to %zu CPUs near the rank's devices (first %d)", label_.c_str(),
+              cpus_.size(), cpus_.front());
+  }
 }
 
 Status WorkQueue::runNow(CommWork work) {

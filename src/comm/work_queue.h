@@ -56,6 +56,12 @@ class WorkQueue {
     timeoutMs_ = timeoutMs;
     label_ = std::move(label);
   }
+  // The CPUs the progress thread runs on (placement: near the rank's GPU or NIC); empty: wherever
+  // the process may. Takes effect for a thread started after the call.
+  void setCpus(std::vector<int32_t> cpus) {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    cpus_ = std::move(cpus);
+  }
   // Whether the progress thread exists: once it does, every call goes through it, so calls on
   // one communicator never run concurrently.
   bool threaded() const { return threaded_.load(std::memory_order_acquire); }
@@ -71,12 +77,14 @@ class WorkQueue {
 
  private:
   void progressLoop();
+  void bindProgressThread();  // to cpus_ (queueMu_ held)
 
   std::function<Status(const CommWork&)> execute_;
   const std::atomic<bool>& aborted_;
   int rank_ = -1;
   int64_t timeoutMs_ = 0;
   std::string label_;
+  std::vector<int32_t> cpus_;  // guarded by queueMu_
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<CommWork> queue_;

@@ -8,6 +8,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/topo/placement.h"
 #include "transports/ib/ib_transport.h"
 #include "transports/net.h"
 
@@ -205,6 +206,21 @@ IbOptions ibOptionsFromConfig() {
   return o;
 }
 
+std::vector<std::string> nearIbDevices() {
+  std::vector<std::string> names;
+  const PlacementHint* hint = currentPlacementHint();
+  if (hint == nullptr || hint->node == nullptr) return names;
+  std::vector<int32_t> rdma;  // the local ranks share out RDMA devices, not Ethernet-only NICs
+  for (size_t n = 0; n < hint->node->nics.size(); ++n) {
+    if (hint->node->nics[n].ports > 0) rdma.push_back(static_cast<int32_t>(n));
+  }
+  if (rdma.empty()) return names;
+  for (int32_t n : nicsByDistance(*hint->node, hint->place, rdma, hint->localRank)) {
+    names.push_back(hint->node->nics[static_cast<size_t>(n)].name);
+  }
+  return names;
+}
+
 std::string IbPortInfo::describe() const {
   std::string s = device + ":" + std::to_string(port) + " ";
   if (ethernet) s += gidType + " (GID index " + std::to_string(gidIndex) + ")";
@@ -224,9 +240,24 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
                      "the rdma kernel modules are loaded, or set up SoftRoCE with bench/softroce.sh up)",
                      api.name);
   }
+  // The order devices are tried in: the nearest first where placement knows (COLL_IB_HCA, when
+  // set, is the user's choice and keeps verbs' order), then the rest as verbs lists them.
+  std::vector<int> order;
+  if (options.hca.empty()) {
+    for (const std::string& near : options.nearDevices) {
+      for (int d = 0; d < num; ++d) {
+        const char* n = api.getDeviceName(list[d]);
+        if (n != nullptr && near == n && std::find(order.begin(), order.end(), d) == order.end()) order.push_back(d);
+      }
+    }
+  }
+  for (int d = 0; d < num; ++d) {
+    if (std::find(order.begin(), order.end(), d) == order.end()) order.push_back(d);
+  }
   std::string seen;  // for the error: every device and port looked at
   std::shared_ptr<IbDevice> dev(new IbDevice(api));
-  for (int d = 0; d < num && dev->context_ == nullptr; ++d) {
+  for (int d : order) {
+    if (dev->context_ != nullptr) break;
     const char* rawName = api.getDeviceName(list[d]);
     const std::string name = rawName ? rawName : "?";
     ibv_context* ctx = api.openDevice(list[d]);

@@ -56,8 +56,14 @@ struct IbOptions {
   int sendDepth = 256;              // work requests per send queue
   int recvDepth = 256;              // receives posted per QP
   uint32_t maxInline = 128;         // asked for; the QP reports what it grants
+  // Devices to try first, nearest to the rank first (placement); only when COLL_IB_HCA is unset.
+  // Devices not named are tried after them, in the order verbs lists them.
+  std::vector<std::string> nearDevices;
 };
 IbOptions ibOptionsFromConfig();
+// The RDMA devices of the node's topology ordered by their distance to this rank, from the
+// placement hint of the communicator being created (empty without one).
+std::vector<std::string> nearIbDevices();
 
 // What discovery chose.
 struct IbPortInfo {
