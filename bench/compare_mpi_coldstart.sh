@@ -97,7 +97,7 @@ summary=$out/summary.txt
     echo "out-of-place time per call (us) at $LONG_SIZE B, medians of $ROUNDS rounds; target: ours short/long <= 1.10"
   fi
   echo
-  initms() { for f in "$out/init-lazy$1"-r*.txt; do strip_prefix <"$f" | awk '$1 == "comm_init" { print $6 }'; done | median; }
+  initms() { for f in "$out/init-lazy$1"-r*.txt; do strip_prefix <"$f" | awk '$1 == "comm_init" { print $5 }'; done | median; }
   il=$(initms 1) ie=$(initms 0)
   echo "communicator creation, $INIT_NP ranks (median ms of $ROUNDS rounds of 5): COLL_LAZY_SETUP=1 $il, default $ie," \
     "ratio $(ratio "$ie" "$il") (target <= 2)"
