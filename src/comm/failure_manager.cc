@@ -87,6 +87,7 @@ void maybeInstallDumpSignal() {
 
 constexpr size_t kNotifyThreads = 16;  // notices in flight at once
 constexpr int kNoticeGraceMs = 100;    // how long a rank about to blame a peer waits for a notice
+constexpr int kAbortNoticeGraceMs = 100;  // how long an aborting communicator waits for its notices
 
 int FailureManager::controlTimeoutMs() const {
   return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000));
@@ -129,8 +130,15 @@ void FailureManager::stop() {
   {
     // Queued notices still go out (each bounded by a short deadline): peers must hear of a
     // failure before they see this rank's connections close.
-    std::lock_guard<std::mutex> lock(notifyMu_);
+    std::unique_lock<std::mutex> lock(notifyMu_);
     notifyStop_ = true;
+    if (aborted_.load() && bootstrap_) {
+      // An abort waits for them only so long: a notice that went out before the abort has its
+      // full control deadline, and a stalled peer would hold collCommAbort for all of it.
+      notifyCv_.wait_for(lock, std::chrono::milliseconds(kAbortNoticeGraceMs),
+                         [&] { return noticesSent_ == noticesQueued_; });
+      if (noticesSent_ != noticesQueued_) bootstrap_->breakControls();
+    }
   }
   notifyCv_.notify_all();
   if (notifier_.joinable()) notifier_.join();

@@ -395,6 +395,8 @@ class BootstrapImpl final : public Bootstrap {
     outbound_.abortAll();
   }
 
+  void breakControls() override { controls_.abortAll(); }
+
   void setControlHandler(ControlHandler handler) override {
     std::lock_guard<std::mutex> lock(controlMu_);  // waits for a handler call in progress
     controlHandler_ = std::move(handler);
@@ -406,10 +408,12 @@ class BootstrapImpl final : public Bootstrap {
     if (!isControlTag(tag) || size > kControlMaxPayload) {
       return makeError(collInternalError, "bootstrap control message: tag %#x / %zu bytes", tag, size);
     }
-    // Not tracked for abort(): notices still go out while a communicator aborts (short deadlines).
+    // Not broken by abort(): notices still go out while a communicator aborts (short deadlines),
+    // until breakControls().
     Socket s;
+    OutboundGuard guard{&controls_};
     Status st = openAndHello(peers_[peer].address, secret(), kHelloMessage, rank_, tag, static_cast<uint32_t>(size),
-                             deadline, &s, Deadline::afterMs(kControlConnectMs));
+                             deadline, &s, Deadline::afterMs(kControlConnectMs), &guard);
     if (st.ok() && size > 0) st = s.sendAll(data, size, deadline);
     uint8_t head[8];
     if (st.ok()) st = s.recvAll(head, sizeof(head), deadline);
@@ -505,6 +509,7 @@ class BootstrapImpl final : public Bootstrap {
   std::map<std::pair<int, uint32_t>, std::deque<Socket>> data_;
   std::optional<std::vector<uint8_t>> table_;
   Outbound outbound_;     // exchanges abort() breaks
+  Outbound controls_;     // control exchanges, which breakControls() breaks
   std::mutex controlMu_;  // held while the handler runs, so clearing it waits for a call in progress
   ControlHandler controlHandler_;
 };

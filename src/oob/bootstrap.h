@@ -97,6 +97,10 @@ class Bootstrap {
     (void)peer, (void)tag, (void)data, (void)size, (void)reply, (void)deadline;
     return makeError(collInvalidUsage, "this bootstrap has no control messages");
   }
+  // Breaks the control exchanges in progress and fails later ones at once: an aborting
+  // communicator's last notices, past their grace, must not hold collCommAbort up to a stalled
+  // peer that accepted the connection and never answers. (Without control messages: nothing to do.)
+  virtual void breakControls() {}
 };
 
 }  // namespace coll

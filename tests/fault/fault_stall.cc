@@ -3,7 +3,8 @@
 // collCommGetFailedRanks, and abort promptly; the victim, once continued, must fail too (no hang).
 // With MODE "abort": the victim stops before any call; the survivors queue an all-to-all on a
 // host stream (it connects to the victim, which accepts but never answers) and collCommAbort must
-// return within a second.
+// return within a second, rank 0's too, which aborts last, while it tells the victim that the
+// others have gone.
 // usage: fault_stall VICTIM STOP_AT PIDFILE [abort]
 #include <signal.h>
 #include <unistd.h>
@@ -49,7 +50,9 @@ int main(int argc, char** argv) {
     if (collHostStreamCreate(&stream) != collSuccess) return 2;
     std::vector<float> all(4096 * static_cast<size_t>(nranks), 1.0f), out(all.size());
     if (collAlltoAll(all.data(), out.data(), 4096, collFloat32, comm, stream) != collSuccess) return 2;
-    sleep(1);
+    // Rank 0 aborts last: the others have exited by then, and it is telling the stalled victim of
+    // their deaths (a notice with its full deadline), which the abort must not wait out.
+    usleep(rank == 0 ? 1500000 : 1000000);
     const auto a0 = std::chrono::steady_clock::now();
     collCommAbort(comm);
     const double abortSec = since(a0);
