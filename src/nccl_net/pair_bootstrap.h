@@ -24,8 +24,12 @@ struct PairHello {
   uint32_t tag = 0;     // data sockets: the transport's tag
   int32_t pid = 0;
   uint64_t hostHash = 0;
+  // The connector's control hello: its traffic class (-1, kTrafficClassUnset: none), which the
+  // accepting end adopts as NCCL's ib transport has its receiver take the sender's.
+  int32_t trafficClass = -1;
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(PairHello) == 32);
+static_assert(sizeof(PairHello) == 40);
 
 uint64_t localHostHash();
 

@@ -182,6 +182,7 @@ void connectSide(PendingPair* p, Handle handle, int trafficClass) {
     }
     hello.pid = static_cast<int32_t>(getpid());
     hello.hostHash = localHostHash();
+    hello.trafficClass = trafficClass;
     COLL_TRY(s.sendAll(&hello, sizeof(hello), deadline));
     PairHello reply;
     COLL_TRY(s.recvAll(&reply, sizeof(reply), deadline));
@@ -214,6 +215,11 @@ void acceptSide(PendingPair* p, ListenComm* l) {
       PairHello hello;
       if (!s.recvAll(&hello, sizeof(hello), deadline).ok()) continue;
       if (hello.magic != PairHello::kMagic || hello.kind != PairHello::kControl) continue;  // a stray socket
+      if (hello.trafficClass != kTrafficClassUnset && (hello.trafficClass < 0 || hello.trafficClass > 255)) {
+        COLL_WARN(-1, "NCCL plugin: a connector from %s sent traffic class %d (not 0..255); ignored",
+                  from.toString().c_str(), hello.trafficClass);
+        continue;
+      }
       PairHello reply;
       reply.pairId = hello.pairId;
       reply.pid = static_cast<int32_t>(getpid());
@@ -224,8 +230,11 @@ void acceptSide(PendingPair* p, ListenComm* l) {
       peer.hostHash = hello.hostHash;
       peer.pid = hello.pid;
       peer.netMask = ~0u;
+      // The connector's class where it has one (NCCL v10 gives it to connect only), else the
+      // listening communicator's own.
+      const int trafficClass = hello.trafficClass != kTrafficClassUnset ? hello.trafficClass : l->trafficClass;
       return finishPair(1, std::move(s), l->secret, hello.pairId, selfInfo(l->address), peer, &l->listener, l->kind,
-                        l->trafficClass, deadline, &p->pair);
+                        trafficClass, deadline, &p->pair);
     }
   }();
   p->status = st;

@@ -246,7 +246,8 @@ TEST(NcclNetPlugin, V11ContextTrafficClassReachesBothEnds) {
 }
 
 // v10: only connect carries NCCL's class (ncclNetCommConfig_v10_t); the accepting end, whose
-// listen had none, keeps the socket default. A class beyond one byte is refused.
+// listen had none, takes the connector's (as NCCL's ib receiver does). A class beyond one byte is
+// refused.
 TEST(NcclNetPlugin, V10ConnectConfigTrafficClass) {
   setenv("COLL_NCCL_NET", "tcp", 1);
   setenv("COLL_NSOCKS_PERPEER", "2", 1);
@@ -265,7 +266,7 @@ TEST(NcclNetPlugin, V10ConnectConfigTrafficClass) {
   ncclNetDeviceHandle_v10_t* devHandle = nullptr;
   establish([&](void** c) { return net->connect(0, &config, handle, c, &devHandle); },
             [&](void** c) { return net->accept(listenComm, c, &devHandle); }, &sendComm, &recvComm);
-  EXPECT_EQ(tcpSocketsByTos()[0xa0], 2);
+  EXPECT_EQ(tcpSocketsByTos()[0xa0], 4) << "both ends of both data sockets";
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
