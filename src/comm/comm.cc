@@ -101,7 +101,11 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
       prefaultMemory();
     } else {
       setupDone_.store(false, std::memory_order_relaxed);
-      setup_ = std::thread([this] { setupStatus_ = setUpAhead(); });
+      lanesPending_.store(lanes_ != nullptr);
+      setup_ = std::thread([this] {
+        setupStatus_ = setUpAhead();
+        lanesPending_.store(false);
+      });
     }
   }
   // As NCCL: a communicator made while a CUDA context is current uses that context's device.
@@ -173,6 +177,9 @@ Status Comm::allGather(const void* mine, void* all, uint64_t bytes) {
 
 void Comm::abort() {
   failure_.markAborted();
+  // The lanes' rendezvous, which no call of the user's started, waits for every rank: without
+  // being told, the others would wait there for this rank until COLL_TIMEOUT (their destroy too).
+  if (lanesPending_.load()) failure_.revokeWithoutWaiting();
   abortLanes();
   // Queued work that has not started is dropped: its streams learn of the abort.
   queue_.abort();

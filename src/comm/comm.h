@@ -203,6 +203,7 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   std::thread setup_;             // setUpAhead, until awaitSetup joins it
   std::once_flag setupJoined_;
   std::atomic<bool> setupDone_{true};  // false while setup_ may still run
+  std::atomic<bool> lanesPending_{false};  // setup_ has yet to make the lanes (or fail to)
   Status setupStatus_;
   SharedScratch sharedScratch_;  // this communicator's and its lanes' (a lane uses its parent's)
   UserOps userOps_;

@@ -462,17 +462,28 @@ void FailureManager::dump(const char* why) {
             revokedBy >= 0 ? (" revoked by rank " + std::to_string(revokedBy)).c_str() : "");
 }
 
-Status FailureManager::revoke() {
-  if (!failures_.revoke(rank())) return okStatus();
-  COLL_WARN(rank(), "revoking the communicator (collCommRevoke)");
+uint64_t FailureManager::queueRevocation(const char* why) {
+  if (!failures_.revoke(rank())) return 0;
+  COLL_WARN(rank(), "revoking the communicator (%s)", why);
   fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(rank())));
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(notifyMu_);
+    if (notifyStop_) return 0;
     notifyQueue_.push_back(Notice{kCtlTagRevoked, {}, ++noticesQueued_, -1});
     id = noticesQueued_;
   }
   notifyCv_.notify_all();
+  return id;
+}
+
+void FailureManager::revokeWithoutWaiting() {
+  if (started_) (void)queueRevocation("aborted while its stream lanes were being made");
+}
+
+Status FailureManager::revoke() {
+  const uint64_t id = queueRevocation("collCommRevoke");
+  if (id == 0) return okStatus();
   // Every rank hears of it before this call returns (a stalled one costs a short deadline).
   std::unique_lock<std::mutex> lock(notifyMu_);
   const Deadline deadline = callDeadline();

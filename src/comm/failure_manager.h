@@ -85,8 +85,13 @@ class FailureManager {
   void dump(const char* why);
   // Marks the communicator unusable here and on every rank.
   Status revoke();
+  // As revoke, for collCommAbort: the notices are queued, not waited for (stop gives them a short
+  // grace).
+  void revokeWithoutWaiting();
 
  private:
+  // Records this rank's revocation and queues its notice; the notice's id (0: none queued).
+  uint64_t queueRevocation(const char* why);
   struct Notice {
     uint32_t tag = 0;
     std::vector<uint8_t> payload;

@@ -400,6 +400,37 @@ TEST(StreamLanes, LanesAreMadeAheadUnlessLazy) {
   }
 }
 
+// A rank that aborts while the lanes are still being made in the background (right after
+// creation) revokes the communicator: the other ranks' set-up threads wait for it in the lanes'
+// rendezvous, and their destroy would otherwise wait there until COLL_TIMEOUT (60 s here).
+TEST(StreamLanes, AbortWhileTheLanesAreBeingMadeReleasesThePeers) {
+  ScopedEnv lanesEnv("COLL_STREAM_LANES", "16"), lazyEnv("COLL_LAZY_SETUP", "0"), timeout("COLL_TIMEOUT", "60");
+  constexpr int n = 3;
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess);
+  int madeAtAbort = -1;
+  std::vector<double> destroySeconds(n, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<coll::Comm> comm;
+      coll::Status st = coll::Comm::create(id, n, r, coll::CommConfig{}, &comm);
+      ASSERT_TRUE(st.ok()) << "rank " << r << ": " << st.message();
+      if (r == 0) {
+        madeAtAbort = comm->lanesMade();
+        comm->abort();
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.reset();
+      destroySeconds[static_cast<size_t>(r)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(madeAtAbort, 16) << "the lanes were all made before the abort: nothing was tested";
+  for (int r = 0; r < n; ++r) EXPECT_LT(destroySeconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
+}
+
 }  // namespace
 
 // Point-to-point among some ranks only (pipeline parallelism): ranks 0 and 1 exchange, rank 2 does
