@@ -3,9 +3,25 @@
 // here say so.
 #include "transports/net.h"
 
+#include <sys/socket.h>
+
 #include "src/base/config.h"
+#include "src/oob/socket.h"
 
 namespace coll {
+
+namespace {
+#if COLL_HAVE_UCX
+constexpr bool kUcxBuilt = true;
+#else
+constexpr bool kUcxBuilt = false;
+#endif
+#if COLL_HAVE_IBVERBS
+constexpr bool kIbBuilt = true;
+#else
+constexpr bool kIbBuilt = false;
+#endif
+}  // namespace
 
 // Read by the NCCL net plugin (src/nccl_net), declared here so that collinfo lists it.
 const StringKnob kNcclNet(
@@ -51,6 +67,59 @@ uint32_t probeNetAvailability(std::string* why) {
 
 uint32_t automaticNetMask(uint32_t mask) { return mask & (mask >> kNetAutoShift) & kNetAvailableBits; }
 
+std::vector<NetReport> reportNets() {
+  std::string why;
+  const uint32_t mask = probeNetAvailability(&why);
+  std::vector<NetReport> out;
+  for (NetKind kind : {NetKind::Ib, NetKind::Ucx, NetKind::Tcp}) {
+    NetReport r;
+    r.kind = kind;
+    r.built = kind == NetKind::Tcp || (kind == NetKind::Ucx ? kUcxBuilt : kIbBuilt);
+    r.available = (mask & netBit(kind)) != 0;
+    r.automatic = (automaticNetMask(mask) & netBit(kind)) != 0;
+    // probeNetAvailability's reasons: one "name: reason" line per unavailable transport.
+    const std::string prefix = std::string(netKindName(kind)) + ": ";
+    for (size_t at = why.find(prefix); at != std::string::npos && r.why.empty(); at = why.find(prefix, at + 1)) {
+      if (at != 0 && why[at - 1] != '\n') continue;
+      const size_t end = why.find('\n', at);
+      r.why = why.substr(at + prefix.size(), end == std::string::npos ? std::string::npos : end - at - prefix.size());
+    }
+    if (r.built) r.detail = kind == NetKind::Ib ? ibDetail() : kind == NetKind::Ucx ? ucxDetail() : tcpDetail();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+// "192.0.2.2" or "[fd00::2]": an interface's address, which has no port.
+std::string hostPart(const SocketAddress& a) {
+  const std::string s = a.toString();
+  const size_t colon = s.rfind(':');
+  return colon == std::string::npos ? s : s.substr(0, colon);
+}
+
+}  // namespace
+
+std::vector<std::string> tcpDetail() {
+  std::vector<std::string> lines;
+  NetInterface chosen;
+  Status st = selectInterface(&chosen);
+  if (!st.ok()) {
+    lines.push_back("no interface: " + st.message());
+    return lines;
+  }
+  lines.push_back("between hosts: " + chosen.name + " " + hostPart(chosen.address) +
+                  (kSocketIfname.raw() ? " (COLL_SOCKET_IFNAME)" : " (the first usable; COLL_SOCKET_IFNAME chooses)"));
+  std::vector<NetInterface> all;
+  if (findInterfaces("", AF_UNSPEC, &all).ok()) {
+    std::string names;
+    for (const NetInterface& ni : all) names += (names.empty() ? "" : ", ") + ni.name + " " + hostPart(ni.address);
+    if (!names.empty()) lines.push_back("usable interfaces: " + names);
+  }
+  return lines;
+}
+
 Status createNet(NetKind kind, Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
   switch (kind) {
     case NetKind::Ib: return createIbNet(bootstrap, trafficClass, out);
@@ -61,6 +130,7 @@ Status createNet(NetKind kind, Bootstrap& bootstrap, int trafficClass, std::uniq
 }
 
 #if !COLL_HAVE_UCX
+std::vector<std::string> ucxDetail() { return {}; }
 bool ucxAvailable(bool* hasRdma, std::string* why) {
   *hasRdma = false;
   *why = "not built (UCX was not found at configure time: install libucx-dev and rebuild)";
@@ -72,6 +142,7 @@ Status createUcxNet(Bootstrap&, int, std::unique_ptr<NetTransport>*) {
 #endif
 
 #if !COLL_HAVE_IBVERBS
+std::vector<std::string> ibDetail() { return {}; }
 bool ibAvailable(std::string* why) {
   *why = "not built (libibverbs was not found at configure time: install libibverbs-dev and rebuild)";
   return false;

@@ -83,4 +83,22 @@ Status createNet(NetKind kind, Bootstrap& bootstrap, int trafficClass, std::uniq
 bool ucxAvailable(bool* hasRdma, std::string* why);
 bool ibAvailable(std::string* why);
 
+// What this build and this machine offer of one net transport, for a person (collinfo): whether it
+// is built in, whether this process could use it now, whether the automatic choice would, and
+// what it would run on (devices and ports, UCX's version and transports, interfaces), one item a
+// line.
+struct NetReport {
+  NetKind kind = NetKind::Tcp;
+  bool built = false;
+  bool available = false;
+  bool automatic = false;
+  std::string why;                  // not built or not available: the reason
+  std::vector<std::string> detail;  // e.g. "mlx5_0 port 1: active, InfiniBand, 4x HDR (200 Gb/s)"
+};
+std::vector<NetReport> reportNets();
+// The detail lines of each (same build conditions as the factories).
+std::vector<std::string> tcpDetail();
+std::vector<std::string> ucxDetail();
+std::vector<std::string> ibDetail();
+
 }  // namespace coll

@@ -97,6 +97,8 @@ Status authenticate(Socket& socket, const Secret* secret, AuthRole role, Deadlin
   return okStatus();
 }
 
+std::string cryptoLibraryVersion() { return OpenSSL_version(OPENSSL_VERSION); }
+
 Status randomSecret(Secret* out) {
   if (RAND_bytes(out->data(), static_cast<int>(out->size())) != 1) {
     return makeError(collSystemError, "RAND_bytes failed: the system random generator is unusable");

@@ -42,4 +42,7 @@ Status secretFromText(const std::string& text, Secret* out);
 // SHA-256 of data (for derived, secret-free identifiers).
 std::array<uint8_t, 32> sha256(const void* data, size_t size);
 
+// The OpenSSL the authentication runs on ("OpenSSL 3.0.x ..."), for collinfo.
+std::string cryptoLibraryVersion();
+
 }  // namespace coll

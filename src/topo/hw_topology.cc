@@ -23,6 +23,21 @@
 
 namespace coll {
 
+std::string hwlocVersion() {
+#if COLL_HAVE_HWLOC
+  std::string v = std::string("hwloc ") + HWLOC_VERSION;
+  const unsigned running = hwloc_get_api_version();
+  if (running != HWLOC_API_VERSION) {
+    char buf[64];
+    snprintf(buf, sizeof(buf), " (running API %#x, built for %#x)", running, static_cast<unsigned>(HWLOC_API_VERSION));
+    v += buf;
+  }
+  return v;
+#else
+  return "hwloc: not in this build (install libhwloc-dev and rebuild)";
+#endif
+}
+
 const StringKnob kTopoFile("COLL_TOPO_FILE", "",
                            "hwloc XML file describing this node, used instead of discovering it "
                            "(lstopo --of xml); collinfo --topo prints what it gives.",

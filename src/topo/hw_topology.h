@@ -97,6 +97,10 @@ struct HwTopology {
 // an error naming it. Without hwloc in the build: this machine's CPUs only, and an error for a file.
 Status loadHwTopology(const std::string& xmlPath, const NvlinkProbe& probe, HwTopology* out);
 
+// "hwloc 2.9.0" (the headers built against; the running library's API version where it differs),
+// or why this build has none.
+std::string hwlocVersion();
+
 // COLL_TOPO_FILE ("" when unset).
 std::string topologyFile();
 

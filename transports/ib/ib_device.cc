@@ -437,6 +437,75 @@ bool IbDevice::prepareSleep(std::vector<pollfd>* fds) {
   return true;
 }
 
+namespace {
+
+// A port's signalling rate in Gb/s from its width and per-lane speed codes (ibv_port_attr); 0 where
+// a code is unknown.
+double portRateGbps(uint8_t width, uint8_t speed) {
+  int lanes = 0;
+  switch (width) {
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return 0;
+  }
+  double lane = 0;
+  switch (speed) {
+    case 1: lane = 2.5; break;    // SDR
+    case 2: lane = 5; break;      // DDR
+    case 4: lane = 10; break;     // QDR
+    case 8: lane = 10; break;     // FDR10
+    case 16: lane = 14; break;    // FDR
+    case 32: lane = 25; break;    // EDR
+    case 64: lane = 50; break;    // HDR
+    case 128: lane = 100; break;  // NDR
+    default: return 0;
+  }
+  return lanes * lane;
+}
+
+}  // namespace
+
+std::vector<std::string> ibDetail() {
+  const VerbsApi& api = activeVerbsApi();
+  std::vector<std::string> lines;
+  int num = 0;
+  ibv_device** list = api.getDeviceList(&num);
+  if (list == nullptr || num <= 0) {
+    if (list) api.freeDeviceList(list);
+    return lines;  // the transport's unavailability says so
+  }
+  for (int d = 0; d < num; ++d) {
+    const char* rawName = api.getDeviceName(list[d]);
+    const std::string name = rawName ? rawName : "?";
+    ibv_context* ctx = api.openDevice(list[d]);
+    ibv_device_attr attr{};
+    if (ctx == nullptr || api.queryDevice(ctx, &attr) != 0) {
+      lines.push_back(name + ": " + (ctx == nullptr ? "cannot be opened" : "cannot be queried"));
+      if (ctx) api.closeDevice(ctx);
+      continue;
+    }
+    for (int port = 1; port <= attr.phys_port_cnt; ++port) {
+      ibv_port_attr pa{};
+      if (api.queryPort(ctx, static_cast<uint8_t>(port), &pa) != 0) {
+        lines.push_back(name + ":" + std::to_string(port) + " cannot be queried");
+        continue;
+      }
+      char rate[48] = "";
+      const double gbps = portRateGbps(pa.active_width, pa.active_speed);
+      if (gbps > 0) snprintf(rate, sizeof(rate), ", %.0f Gb/s", gbps);
+      lines.push_back(name + ":" + std::to_string(port) + " " + portStateName(pa.state) + ", " +
+                      (pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand") + rate + ", MTU " +
+                      std::to_string(128 << pa.active_mtu));
+    }
+    api.closeDevice(ctx);
+  }
+  api.freeDeviceList(list);
+  return lines;
+}
+
 bool ibAvailable(std::string* why) {
   std::shared_ptr<IbDevice> dev;
   Status st = IbDevice::open(activeVerbsApi(), ibOptionsFromConfig(), &dev);

@@ -217,26 +217,50 @@ UcxOptions ucxOptionsFromConfig() {
   return o;
 }
 
-bool ucxAvailable(bool* hasRdma, std::string* why) {
-  // Once per process: every communicator's probe gets the same answer.
+namespace {
+
+// Once per process: every communicator's probe (and collinfo) gets the same answer.
+struct UcxProbe {
+  bool available = false;
+  bool rdma = false;
+  std::string reason;
+  std::vector<std::string> transports;
+};
+
+const UcxProbe& ucxProbe() {
   static std::once_flag once;
-  static bool available = false;
-  static bool rdma = false;
-  static std::string reason;
+  static UcxProbe probe;
   std::call_once(once, [] {
     ucp_context_h context = nullptr;
     Status st = initContext(ucxOptionsFromConfig(), UCP_FEATURE_AM, &context);
     if (!st.ok()) {
-      reason = st.message();
+      probe.reason = st.message();
       return;
     }
-    available = true;
-    for (const std::string& tl : contextTransports(context)) rdma = rdma || isRdmaTransport(tl);
+    probe.available = true;
+    probe.transports = contextTransports(context);
+    for (const std::string& tl : probe.transports) probe.rdma = probe.rdma || isRdmaTransport(tl);
     ucp_cleanup(context);
   });
-  *hasRdma = rdma;
-  if (!available && why != nullptr) *why = reason;
-  return available;
+  return probe;
+}
+
+}  // namespace
+
+bool ucxAvailable(bool* hasRdma, std::string* why) {
+  const UcxProbe& probe = ucxProbe();
+  *hasRdma = probe.rdma;
+  if (!probe.available && why != nullptr) *why = probe.reason;
+  return probe.available;
+}
+
+std::vector<std::string> ucxDetail() {
+  const UcxProbe& probe = ucxProbe();
+  std::vector<std::string> lines{"UCX " + ucxVersion()};
+  if (probe.available) {
+    lines.push_back("transports: " + joined(probe.transports) + (probe.rdma ? "" : " (none of them RDMA)"));
+  }
+  return lines;
 }
 
 Status UcxNet::create(Bootstrap& bootstrap, const UcxOptions& options, std::unique_ptr<UcxNet>* out) {
