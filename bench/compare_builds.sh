@@ -27,6 +27,7 @@ echo "compare_builds: before $BEFORE, after $AFTER; $NP ranks (PIN=${PIN:-0}), f
 launch=()
 if [ "${PIN:-0}" = 1 ]; then launch=(bash -c 'exec taskset -c "$COLL_LOCAL_RANK" "$@"' pin); fi
 run() { "$COLLRUN" -np "$NP" --timeout 600 "${launch[@]}" "$2/bench/$3_perf" "${args[@]}" >"$out/$1-$3-r$4.txt" 2>&1 || true; }
+progress_start "$ROUNDS"
 for ((round = 1; round <= ROUNDS; ++round)); do
   for c in "${COLLS[@]}"; do
     if ((round % 2)); then
@@ -35,7 +36,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
       run after "$AFTER" "$c" "$round"; run before "$BEFORE" "$c" "$round"
     fi
   done
-  echo "  round $round done"
+  progress "round $round of $ROUNDS"
 done
 
 metric() { for f in "$out/$1-$2"-r*.txt; do column "$f" "$SIZE" "$col"; done | median; }

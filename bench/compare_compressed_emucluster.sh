@@ -35,6 +35,7 @@ echo "compare_compressed_emucluster: allreduce_perf $SIZE float sum on $NODES no
 unset COLL_ALGO COLL_HOSTID COLL_TRANSPORT COLL_COMPRESS_MIN_BYTES
 "$EMU" up "$name" "$NODES" --rate "$RATE" | tee "$out/links.txt"
 "$EMU" status "$name" >>"$out/links.txt"
+progress_start $((2 * ROUNDS))
 for ((round = 1; round <= ROUNDS; ++round)); do
   for mode in plain compressed; do
     f=$out/$mode-r$round.txt
@@ -43,8 +44,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     COLL_DEBUG=INFO "$EMU" run "$name" --timeout 900 -- \
       "$PERF" -b "$SIZE" -e "$SIZE" -d float -o sum -n "$ITERS" -w "$WARMUP" -c 0 "${extra[@]}" >"$f" 2>&1 ||
       echo "  $mode round $round FAILED (see $f)"
-    printf '  round %d %-10s %s us, wire %s B per rank and call\n' "$round" "$mode" "$(column "$f" "$bytes" 6)" \
-      "$(column "$f" "$bytes" 14)"
+    progress "$(printf 'round %d %-10s %s us, wire %s B per rank and call' "$round" "$mode" \
+      "$(column "$f" "$bytes" 6)" "$(column "$f" "$bytes" 14)")"
   done
 done
 "$EMU" down "$name"

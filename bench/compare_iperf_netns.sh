@@ -16,6 +16,7 @@ netns_pair cmp 198.18.9
 
 out=$(results_dir compare_iperf_netns)
 echo "compare_iperf_netns: iperf3 --bidir -P $S vs allreduce_perf 64 MiB tcp, $ROUNDS rounds; raw output in $out"
+progress_start "$ROUNDS"
 for ((round = 1; round <= ROUNDS; ++round)); do
   ip netns exec "$NS_B" iperf3 -s -1 -B 198.18.9.2 >"$out/iperf-server-r$round.txt" 2>&1 &
   server=$!
@@ -25,7 +26,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   COLL_TRANSPORT=tcp COLL_SOCKET_IFNAME=cmp COLL_NSOCKS_PERPEER=$S \
     "$COLLRUN" -np 2 --netns "$NS_A,$NS_B" --timeout 600 "$PERF" -b 64M -e 64M -d float -o sum -n "$ITERS" -w 5 -c 0 \
     >"$out/ours-r$round.txt" 2>&1
-  echo "  round $round done"
+  progress "round $round of $ROUNDS"
 done
 
 # Per-direction throughput in GB/s: the mean of the two directions' received rates.

@@ -65,3 +65,27 @@ netns_pair() {
   for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
   ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
 }
+
+# Progress of a long run: progress_start TOTAL before the first of TOTAL runs (or rounds), then
+# progress WHAT after each: "[k/TOTAL] WHAT (elapsed, about T left)", the estimate from the mean so far.
+progress_start() { PROGRESS_TOTAL=$1 PROGRESS_DONE=0 PROGRESS_T0=$SECONDS; }
+progress() {
+  PROGRESS_DONE=$((PROGRESS_DONE + 1))
+  local el=$((SECONDS - PROGRESS_T0)) left=0
+  [ "$PROGRESS_DONE" -gt 0 ] && left=$((el * (PROGRESS_TOTAL - PROGRESS_DONE) / PROGRESS_DONE))
+  printf '  [%d/%d] %s (%dm%02ds elapsed, about %dm%02ds left)\n' "$PROGRESS_DONE" "$PROGRESS_TOTAL" "$1" \
+    $((el / 60)) $((el % 60)) $((left / 60)) $((left % 60))
+}
+
+# plot_results DIR TITLE [plot_perf.py options]: DIR/plot.png from the benchmark tables in DIR (busbw
+# and time against size, a line per label: bench/plot_perf.py); a note instead where gnuplot or
+# Debian's python3 is missing.
+plot_results() {
+  local dir=$1 title=$2
+  shift 2
+  if command -v gnuplot >/dev/null && [ -x /usr/bin/python3 ]; then
+    /usr/bin/python3 "$ROOT/bench/plot_perf.py" -o "$dir/plot.png" --title "$title" "$@" "$dir" || true
+  else
+    echo "no plot: gnuplot (apt-get install gnuplot-nox) or /usr/bin/python3 is missing"
+  fi
+}

@@ -33,6 +33,7 @@ ours() { "$COLLRUN" -np "$NP" --timeout 600 "$@"; }
 lazy() { COLL_LAZY_SETUP=1 "$COLLRUN" -np "$NP" --timeout 600 "$@"; }
 mpi() { "${MPIRUN[@]}" -np "$NP" --mca pml ob1 --mca btl vader,self "$@"; }
 
+progress_start "$ROUNDS"
 for ((round = 1; round <= ROUNDS; ++round)); do
   for c in "${COLLS[@]}"; do
     for s in "${SIZES[@]}"; do
@@ -55,7 +56,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     COLL_LAZY_SETUP=$lz "$COLLRUN" -np "$INIT_NP" --timeout 600 "$BUILD/bench/comm_init_perf" 5 \
       >"$out/init-lazy$lz-r$round.txt" 2>&1 || true
   done
-  echo "  round $round done"
+  progress "round $round of $ROUNDS"
 done
 
 # calls FILE FIELD: call1, call2 or steady (us) from the "# calls" line

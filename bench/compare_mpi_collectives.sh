@@ -18,13 +18,14 @@ need "$COLLRUN"
 out=$(results_dir compare_mpi_collectives)
 args=(-b "$SIZE" -e "$SIZE" -d float -o sum -r 0 -n "$ITERS" -w "$WARMUP" -c "$CHECK")
 echo "compare_mpi_collectives: $NP ranks, float32, $SIZE B, -n $ITERS -w $WARMUP, $ROUNDS rounds; raw output in $out"
+progress_start $((ROUNDS * ${#COLLS[@]}))
 for ((round = 1; round <= ROUNDS; ++round)); do
   for c in "${COLLS[@]}"; do
     "$COLLRUN" -np "$NP" --timeout 600 "$BUILD/bench/${c}_perf" "${args[@]}" >"$out/ours-$c-r$round.txt" 2>&1 || true
     "${MPIRUN[@]}" -np "$NP" --mca pml ob1 --mca btl vader,self "$BUILD/bench/${c}_perf_mpi" "${args[@]}" \
       >"$out/mpi-$c-r$round.txt" 2>&1 || true
+    progress "round $round, $c: ours and Open MPI"
   done
-  echo "  round $round done"
 done
 
 # median busbw (out-of-place) of one side for one collective; nan when no run produced the row
@@ -47,3 +48,4 @@ summary=$out/summary.txt
     done
   fi
 } | tee "$summary"
+plot_results "$out" "Every collective, $NP ranks, ours vs Open MPI (vader), $SIZE B"

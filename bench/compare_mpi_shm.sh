@@ -13,13 +13,14 @@ need "$COLLRUN" "$PERF" "$PERF_MPI"
 out=$(results_dir compare_mpi_shm)
 args=(-d float -o sum -n "$ITERS" -w "$WARMUP" -c "$CHECK")
 echo "compare_mpi_shm: $NP ranks, float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds; raw output in $out"
+progress_start $((ROUNDS * ${#SIZES[@]}))
 for ((round = 1; round <= ROUNDS; ++round)); do
   for size in "${SIZES[@]}"; do
     "$COLLRUN" -np "$NP" --timeout 600 "$PERF" -b "$size" -e "$size" "${args[@]}" >"$out/ours-$size-r$round.txt" 2>&1
     "${MPIRUN[@]}" -np "$NP" --mca pml ob1 --mca btl vader,self "$PERF_MPI" -b "$size" -e "$size" "${args[@]}" \
       >"$out/mpi-$size-r$round.txt" 2>&1
+    progress "round $round, $size B: ours and Open MPI"
   done
-  echo "  round $round done"
 done
 
 summary=$out/summary.txt
@@ -35,3 +36,4 @@ summary=$out/summary.txt
   done
   echo "medians of $ROUNDS alternated rounds (out-of-place); busbw ratio > 1 and time ratio < 1 favour ours"
 } | tee "$summary"
+plot_results "$out" "All-Reduce, $NP ranks on one machine: ours vs Open MPI (vader)"

@@ -43,6 +43,7 @@ out=$(results_dir compare_nccl_net_iperf)
   echo "pinning: PIN=$PIN (driver ${driver_pin[*]})"
 } >"$out/setup.txt"
 echo "compare_nccl_net_iperf: iperf3 -P $S vs plugin isend/irecv $SIZE x $INFLIGHT in flight, tcp, $ROUNDS rounds; raw output in $out"
+progress_start "$ROUNDS"
 for ((round = 1; round <= ROUNDS; ++round)); do
   ip netns exec "$NS_B" iperf3 -s -1 -B 198.18.11.2 "${iperf_server_pin[@]}" >"$out/iperf-server-r$round.txt" 2>&1 &
   server=$!
@@ -53,7 +54,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   LD_LIBRARY_PATH=$PLUGIN_DIR NCCL_NET_PLUGIN=collective COLL_NCCL_NET=tcp COLL_SOCKET_IFNAME=cnp \
     COLL_NSOCKS_PERPEER=$S "$DRIVER" --bench "$SIZE" --inflight "$INFLIGHT" --seconds "$T" \
     --netns "$NS_A,$NS_B" "${driver_pin[@]}" --timeout 120 "${version_args[@]}" >"$out/plugin-r$round.txt" 2>&1 || true
-  echo "  round $round done"
+  progress "round $round of $ROUNDS"
 done
 
 iperf_gbs() {

@@ -72,6 +72,7 @@ perftest_bidir() {  # perftest_bidir SIZE OUT: B -> A and A -> B at once (OUT.ab
 out=$(results_dir compare_ucx)
 { env | grep -E "^UCX_|^COLL_" | sort; echo "COLL_UCX_CONFIG default: $("$BUILD/bench/collinfo" | awk '$1 == "COLL_UCX_CONFIG" { print $3 }')"; echo "ucx_perftest: ${PT_ENV[*]}"; } >"$out/ucx-env.txt"
 echo "compare_ucx: $ROUNDS rounds, ITERS=$ITERS, UCX_TLS=tcp between two namespaces; raw output in $out"
+progress_start "$ROUNDS"
 for ((round = 1; round <= ROUNDS; ++round)); do
   for size in 4194304 67108864; do
     ours ucx "$SENDRECV" "$size" "$out/sendrecv-ucx-$size-r$round.txt"
@@ -82,7 +83,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   ours ucx "$PERF" 67108864 "$out/allreduce-ucx-r$round.txt"
   variants "$PERF" 67108864 allreduce-ucx "-r$round.txt"
   ours tcp "$PERF" 67108864 "$out/allreduce-tcp-r$round.txt"
-  echo "  round $round done"
+  progress "round $round of $ROUNDS"
 done
 
 # perftest's Final line: bandwidth overall in MB/s (2^20 bytes) is field 7; ours in GB/s from the

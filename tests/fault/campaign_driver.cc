@@ -770,6 +770,13 @@ int main(int argc, char** argv) {
       o = runTrial(t, attempt, plan, opt, &tally, &report);
     }
     printf("%s\n", report.c_str());
+    {
+      // Progress of a long campaign: how far, and the time left at the mean pace so far.
+      const double elapsedS = (monoMs() - campaignStart) / 1000.0;
+      const double leftS = elapsedS / (t + 1) * (opt.trials - t - 1);
+      printf("  [%d/%d trials, %.0f s elapsed, about %.0f s left]\n", t + 1, opt.trials, elapsedS, leftS);
+      fflush(stdout);
+    }
     if (gInterrupted) break;
     ++tally.trials;
     auto& bf = tally.byFault[plan.fault];
