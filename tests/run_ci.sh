@@ -38,7 +38,7 @@ tsan_units=(test_api_streams test_api test_bootstrap test_env_bootstrap test_shm
 tsan_tests='^fault\.((kill_rank\.np3|stall_rank\.np4|stall_abort\.np4|shrink_restart\.np6)\.(shm|tcp)|kill_rank\.np3\.shm\.before_second_lane)$'
 tsan_targets=(collrun fault_kill_rank fault_stall fault_shrink_restart)
 # The tsan build holds only those executables: every other ci test there has no program.
-tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install)\.|_NOT_BUILT$'
+tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install|topo|tools)\.|_NOT_BUILT$'
 
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then phases=(deps build asan-ubsan tsan); fi

@@ -65,7 +65,11 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   COLL_TRY(links_.readForcedTransport(&netMask));
 
   const std::string identity = localHostIdentity();
-  COLL_TRY(Bootstrap::create(id, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_)
+  // A lane's rendezvous gives up when its parent fails or is aborted meanwhile: a rank whose set-up
+  // thread left for that reason never registers, and the others would wait for it until the deadline.
+  std::function<bool()> interrupted;
+  if (laneParent_ != nullptr) interrupted = [parent = laneParent_] { return parent->failure_.aborting(); };
+  COLL_TRY(Bootstrap::create(id, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_, interrupted)
                .withContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": bootstrap"));
 
   std::vector<uint64_t> hashes(nranks);

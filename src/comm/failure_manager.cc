@@ -87,7 +87,7 @@ void maybeInstallDumpSignal() {
 
 constexpr size_t kNotifyThreads = 16;  // notices in flight at once
 constexpr int kNoticeGraceMs = 100;    // how long a rank about to blame a peer waits for a notice
-constexpr int kAbortNoticeGraceMs = 100;  // how long an aborting communicator waits for its notices
+constexpr int kAbortNoticeGraceMs = 300;  // how long an aborting communicator waits for its notices
 
 int FailureManager::controlTimeoutMs() const {
   return static_cast<int>(std::clamp<int64_t>(timeoutMs_ / 8, 200, 2000));

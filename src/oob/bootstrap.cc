@@ -327,7 +327,7 @@ class BootstrapImpl final : public Bootstrap {
   const PeerInfo& peer(int rank) const override { return peers_[rank]; }
   uint64_t commHash() const override { return commHash_; }
 
-  Status init(uint64_t hostHash, uint32_t netMask, Deadline deadline);
+  Status init(uint64_t hostHash, uint32_t netMask, Deadline deadline, const std::function<bool()>& interrupted);
 
   Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "send"));
@@ -620,7 +620,8 @@ void BootstrapImpl::handleControl(Socket& s, int32_t fromRank, uint32_t tag, uin
   (void)s.sendAll(out.data(), out.size(), deadline);
 }
 
-Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadline) {
+Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadline,
+                           const std::function<bool()>& interrupted) {
   // Where to listen: COLL_SOCKET_IFNAME wins; a root on loopback means a single-host job;
   // otherwise the selected interface, preferring the root's address family.
   NetInterface ni;
@@ -676,8 +677,23 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   std::vector<uint8_t> table;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    COLL_TRY(waitFor(
-        lock, [&] { return table_.has_value(); }, deadline, kRootSender, "the rank table"));
+    if (interrupted) {
+      // In slices, asking between them (the interruption is another object's state: no notify).
+      constexpr int kSliceMs = 50;
+      while (!table_.has_value()) {
+        if (interrupted()) {
+          return makeError(collRemoteError, "rank %d: the rendezvous was given up while waiting for the rank table",
+                           rank_);
+        }
+        const Deadline slice = Deadline::afterMs(std::min(kSliceMs, deadline.remainingMs()));
+        Status st = waitFor(
+            lock, [&] { return table_.has_value(); }, slice, kRootSender, "the rank table");
+        if (!st.ok() && (st.code() != collTimeout || deadline.expired())) return st;
+      }
+    } else {
+      COLL_TRY(waitFor(
+          lock, [&] { return table_.has_value(); }, deadline, kRootSender, "the rank table"));
+    }
     table = *table_;
   }
   std::vector<PeerInfo> peers;
@@ -867,7 +883,7 @@ Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t 
 }
 
 Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
-                         Deadline deadline, std::unique_ptr<Bootstrap>* out) {
+                         Deadline deadline, std::unique_ptr<Bootstrap>* out, const std::function<bool()>& interrupted) {
   if (nranks < 1 || nranks > kBootstrapMaxRanks) {
     return makeError(collInvalidArgument, "nranks %d is outside 1..%d", nranks, kBootstrapMaxRanks);
   }
@@ -877,7 +893,7 @@ Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t 
   UniqueIdContents contents;
   COLL_TRY(decodeUniqueId(id, &contents));
   auto b = std::make_unique<BootstrapImpl>(rank, nranks, contents);
-  COLL_TRY(b->init(hostHash, netMask, deadline));
+  COLL_TRY(b->init(hostHash, netMask, deadline, interrupted));
   *out = std::move(b);
   return okStatus();
 }

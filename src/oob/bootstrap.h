@@ -60,9 +60,12 @@ class Bootstrap {
   // Rendezvous: registers with the root, receives the rank table, starts the listener thread.
   static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, Deadline deadline,
                        std::unique_ptr<Bootstrap>* out);
-  // As above, publishing this rank's netMask in the rank table.
+  // As above, publishing this rank's netMask in the rank table. `interrupted`, when given, is asked
+  // while the rendezvous waits for the rank table: true gives up at once (a stream lane being made
+  // for a communicator that failed or was aborted meanwhile: the rank that left never registers).
   static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
-                       Deadline deadline, std::unique_ptr<Bootstrap>* out);
+                       Deadline deadline, std::unique_ptr<Bootstrap>* out,
+                       const std::function<bool()>& interrupted = {});
   virtual ~Bootstrap() = default;
 
   virtual int rank() const = 0;
