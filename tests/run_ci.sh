@@ -97,7 +97,14 @@ phase_asan_ubsan() {
   exclude=$(IFS='|'; echo "${asan_exclude[*]}")
   cmake --preset asan-ubsan && cmake --build --preset asan-ubsan || return 1
   local logs=$PWD/$dir/sanitizer-logs
-  ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan" \
+  # hwloc dlopens its PCI plugin for each topology load and dlcloses it with the last topology:
+  # libpciaccess's allocations, still referenced from the unloaded library's globals, then look
+  # leaked from an "<unknown module>" that no suppression can name. Preloaded, it stays mapped.
+  local preload=""
+  local hwloc_pci
+  hwloc_pci="$(pkg-config --variable=libdir hwloc 2>/dev/null)/hwloc/hwloc_pci.so"
+  if [ -f "$hwloc_pci" ]; then preload=$hwloc_pci; fi
+  LD_PRELOAD="$preload" ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan" \
     LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan" \
     sanitized_ctest "$logs" --test-dir "$dir" -L ci -E "$exclude" --output-on-failure -j2

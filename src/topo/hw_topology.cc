@@ -594,6 +594,12 @@ Status loadHwTopology(const std::string& xmlPath, const NvlinkProbe& probe, HwTo
   } destroy{topo};
   // Bridges and PCI devices are dropped by default: placement needs them.
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  // GPUs are found by PCI class and CUDA's names; OpenCL's and the X server's discovery would
+  // load the OpenCL ICDs and X11 into every communicator's process for nothing (and the OpenCL
+  // runtime's threads crash LeakSanitizer's stop-the-world in network namespaces).
+  for (const char* unused : {"opencl", "gl"}) {
+    (void)hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unused);
+  }
   if (!xmlPath.empty()) {
     if (access(xmlPath.c_str(), R_OK) != 0) {
       return makeError(collInvalidArgument, "topology: cannot read the hwloc XML file %s (COLL_TOPO_FILE): %s",
