@@ -169,24 +169,26 @@ class Outbound {
  public:
   bool add(int fd) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_) return false;
+    if (aborted_.load(std::memory_order_relaxed)) return false;
     fds_.push_back(fd);
     return true;
   }
+  // Set by abortAll(): a connect still retrying towards a peer that has gone stops.
+  const std::atomic<bool>* abortedFlag() const { return &aborted_; }
   void remove(int fd) {
     std::lock_guard<std::mutex> lock(mu_);
     fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
   }
   void abortAll() {
     std::lock_guard<std::mutex> lock(mu_);
-    aborted_ = true;
+    aborted_.store(true, std::memory_order_release);
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   }
 
  private:
   std::mutex mu_;
   std::vector<int> fds_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
 };
 
 // Declared after the Socket it tracks, so the fd leaves the list before the socket closes.
@@ -204,7 +206,8 @@ Status openAndHello(const SocketAddress& address, const Secret* secret, HelloTyp
                     uint32_t length, Deadline deadline, Socket* out, Deadline connectDeadline = Deadline::never(),
                     OutboundGuard* guard = nullptr) {
   Socket s;
-  COLL_TRY(Socket::connect(address, connectDeadline.when() < deadline.when() ? connectDeadline : deadline, &s));
+  COLL_TRY(Socket::connect(address, connectDeadline.when() < deadline.when() ? connectDeadline : deadline, &s,
+                           guard != nullptr && guard->outbound != nullptr ? guard->outbound->abortedFlag() : nullptr));
   if (guard != nullptr && guard->outbound != nullptr) {
     if (!guard->outbound->add(s.fd())) return makeError(collRemoteError, "bootstrap aborted");
     guard->fd = s.fd();

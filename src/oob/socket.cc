@@ -386,7 +386,8 @@ Status Socket::listen(const SocketAddress& address, int backlog, Socket* out, So
   return okStatus();
 }
 
-Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* out) {
+Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* out,
+                       const std::atomic<bool>* cancelled) {
   int backoffMs = 5;
   int lastErr = 0;
   int attempts = 0;
@@ -425,6 +426,10 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* 
                      err == ECONNABORTED || err == EHOSTUNREACH || err == ENETUNREACH;
     if (!retryable) break;
     if (deadline.expired()) break;
+    if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+      return makeError(collRemoteError, "gave up connecting to %s after %d attempts: the communicator is being aborted",
+                       address.toString().c_str(), attempts);
+    }
     int sleepMs = std::min(backoffMs, deadline.remainingMs());
     std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
     backoffMs = std::min(backoffMs * 2, 200);

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,8 +78,10 @@ class Socket {
 
   // Listening socket bound to `address` (port 0 = any); the bound address is returned.
   static Status listen(const SocketAddress& address, int backlog, Socket* out, SocketAddress* bound);
-  // Connects with retries on ECONNREFUSED until the deadline.
-  static Status connect(const SocketAddress& address, Deadline deadline, Socket* out);
+  // Connects with retries on ECONNREFUSED until the deadline, or until *cancelled (when given)
+  // turns true: an abort must not wait out the retries towards a peer that has gone.
+  static Status connect(const SocketAddress& address, Deadline deadline, Socket* out,
+                        const std::atomic<bool>* cancelled = nullptr);
   // Accepts one connection (or fails at the deadline).
   Status accept(Deadline deadline, Socket* out, SocketAddress* peer) const;
 

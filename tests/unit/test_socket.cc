@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -199,6 +200,28 @@ TEST(Socket, ConnectRetriesUntilTheListenerAppears) {
   Status st = Socket::connect(bound, Deadline::afterMs(5000), &s);
   EXPECT_TRUE(st.ok()) << st.message();
   late.join();
+}
+
+// A connect retrying towards a peer that has gone stops once its cancel flag is set (an abort),
+// long before its deadline.
+TEST(Socket, ConnectRetriesStopWhenCancelled) {
+  Socket probe, none;
+  SocketAddress bound;
+  ASSERT_TRUE(Socket::listen(parsed("127.0.0.1:0"), 4, &probe, &bound).ok());
+  probe.close();
+  std::atomic<bool> cancelled{false};
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancelled = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = Socket::connect(bound, Deadline::afterMs(30000), &none, &cancelled);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  aborter.join();
+  EXPECT_EQ(st.code(), collRemoteError) << st.message();
+  EXPECT_NE(st.message().find("being aborted"), std::string::npos) << st.message();
+  EXPECT_GE(took, std::chrono::milliseconds(150));
+  EXPECT_LT(took, std::chrono::seconds(3));
 }
 
 TEST(Socket, SendToClosedPeerFailsWithoutSigpipe) {
