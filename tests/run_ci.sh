@@ -29,12 +29,13 @@ asan_exclude=(
 # host streams, their progress threads and lanes, the bootstrap listener, communicators whose ranks are
 # threads (over shm and tcp), abort and failure propagation, shrink, collective checks, listeners
 # under attack, the UCX transport (its worker handed between a call and the net's idle progress);
-# device buffers (the stream gate, staging, IPC) and the CUDA double's stream threads;
+# device buffers (the stream gate, staging, IPC) and the CUDA double's stream threads; tracing and
+# profiler callbacks (trace files shared by thread ranks);
 # in real processes: a killed rank (also before its second stream lane exists), a stalled rank and
 # abort, shrink and restart.
 tsan_units=(test_api_streams test_api test_bootstrap test_env_bootstrap test_shm test_tcp test_socket
   test_failure test_shrink test_coll_check test_wire_security test_stream_lanes test_ucx
-  test_gpu_calls test_cuda_double)
+  test_gpu_calls test_cuda_double test_trace)
 tsan_tests='^fault\.((kill_rank\.np3|stall_rank\.np4|stall_abort\.np4|shrink_restart\.np6)\.(shm|tcp)|kill_rank\.np3\.shm\.before_second_lane)$'
 tsan_targets=(collrun fault_kill_rank fault_stall fault_shrink_restart)
 # The tsan build holds only those executables: every other ci test there has no program.

@@ -194,6 +194,39 @@ COLL_API collResult_t collCommRevoke(collComm_t comm);
 COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount, collComm_t* newcomm,
                                      collConfig_t* config);
 
+/* Profiling, in the spirit of NCCL's profiler plugin: a callback told when each operation, each
+ * step of its schedule (a send, receive, receive-and-reduce, copy or local reduction, with its peer
+ * and bytes) and each wait starts and stops, and of failures. COLL_TRACE_FILE=path writes the same
+ * events per rank as a Chrome trace (see docs/TRACING.md). */
+typedef enum {
+  collProfileColl = 0,   /* one collective or point-to-point execution (name: "allreduce", ...) */
+  collProfileStep = 1,   /* one step of its schedule (name: "send", "recv", "recvReduce", ...) */
+  collProfileWait = 2,   /* the rank idle within an operation, waiting for `peer` (-1: local) */
+  collProfileFailure = 3 /* an operation failed: `message` says why (phase collProfileInstant) */
+} collProfileEventType_t;
+typedef enum { collProfileStart = 0, collProfileStop = 1, collProfileInstant = 2 } collProfilePhase_t;
+typedef struct {
+  collProfileEventType_t type;
+  collProfilePhase_t phase;
+  int rank;               /* this rank in the communicator */
+  unsigned long long seq; /* the operation's call number on the communicator (lane) */
+  const char* name;       /* static string */
+  const char* algorithm;  /* Coll: the schedule's algorithm ("" for none) */
+  int peer;               /* Step, Wait: the peer rank, -1 for local work */
+  int step;               /* Step, Wait: the step's index in this rank's schedule; else -1 */
+  size_t count;           /* Coll: elements; Step: elements (or blocks) of the step */
+  collDataType_t datatype;
+  size_t bytes;        /* Coll: bytes of one rank's input; Step: bytes the step moves */
+  collResult_t result; /* Coll stop: the outcome */
+  const char* message; /* Failure: the error; otherwise NULL */
+  long long timeNs;    /* CLOCK_MONOTONIC, nanoseconds */
+} collProfileEvent_t;
+typedef void (*collProfileCallback_t)(const collProfileEvent_t* event, void* userData);
+/* Sets (or, with NULL, removes) comm's profiler callback, used by every later operation of comm
+ * (and of its stream lanes); set it while no operation of comm is in flight. The callback runs on
+ * the thread that runs the operation and must not call into comm. */
+COLL_API collResult_t collCommSetProfiler(collComm_t comm, collProfileCallback_t callback, void* userData);
+
 COLL_API const char* collGetErrorString(collResult_t result);
 /* The message of the last failure on this thread (for comm, or of any call when comm is NULL). */
 COLL_API const char* collGetLastError(collComm_t comm);

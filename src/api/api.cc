@@ -875,6 +875,14 @@ collResult_t collCommDump(collComm_t comm) {
   return collSuccess;
 }
 
+collResult_t collCommSetProfiler(collComm_t comm, collProfileCallback_t callback, void* userData) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s);
+  c->setProfiler(callback, userData);
+  return collSuccess;
+}
+
 collResult_t collCommRevoke(collComm_t comm) {
   Comm* c = nullptr;
   Status s = lookup(comm, &c);

@@ -8,6 +8,12 @@ namespace coll {
 
 using Clock = std::chrono::steady_clock;
 
+// The monotonic clock in nanoseconds (steady_clock is CLOCK_MONOTONIC here: processes of one host
+// share it, so their traces line up).
+inline int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 class Deadline {
  public:
   // A deadline `ms` milliseconds from now; ms <= 0 means "already expired" only when explicit.

@@ -39,6 +39,7 @@ Comm::~Comm() {
   (void)awaitSetup();  // every rank's lanes are made together: ours must take part
   stopLanes();         // the lanes' queued work first: it may wait (stream order) for lane 0's
   queue_.stop();
+  tracer_.stop();   // no call runs any more
   device_.reset();  // after the progress thread: releases any stream still waiting
   failure_.stop();  // notices out before our connections close; no handler calls after this
   // Connections first (they may reference shared memory), then the host segments, then the
@@ -79,6 +80,8 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   failure_.start(bootstrap_.get(), timeoutMs_, config.commName,
                  laneParent_ != nullptr ? &laneParent_->failure_ : nullptr, this);
   queue_.setIdentity(rank, timeoutMs_);
+  tracer_.start(rank, config.commName.empty() ? std::string("comm") : config.commName,
+                laneParent_ != nullptr ? &laneParent_->profilerHook_ : &profilerHook_);
   COLL_INFO(rank, "topology: %d ranks on %d hosts (%d on this host, local rank %d); %d on this machine of %d CPUs",
             topo_.nranks, topo_.nhosts, topo_.localSize(), topo_.localRank(), topo_.machineSize(), topo_.machineCpus());
 
@@ -213,11 +216,19 @@ Status Comm::runExecution(Execution& execution, const Schedule& schedule, const 
   } scratchBack{links_};
   COLL_TRY(execution.start(schedule, buffers, links_, seq_));
   failure_.publishOp(what, count, dtype, seq_);
+  ExecObserver* const observer = tracer_.observer();
+  execution.setObserver(observer);
+  if (observer != nullptr) [[unlikely]] {
+    tracer_.beginCall(what, schedule, seq_, count, dtype >= 0 ? static_cast<collDataType_t>(dtype) : collUint8);
+  }
   Status st = runToCompletion(execution, links_, callDeadline(), links_.waitPolicy(), &failure_.snapshot());
   // The snapshot keeps saying "in this call, waiting for P" while the error is analysed: peers
   // following their own wait-for chains must not take this rank for the culprit meanwhile.
   if (!st.ok()) st = failure_.diagnose(st, execution);
   failure_.publishIdle();
+  if (observer != nullptr) [[unlikely]] {
+    tracer_.endCall(st);
+  }
   return st;
 }
 

@@ -20,6 +20,7 @@
 #include "src/comm/device_calls.h"
 #include "src/comm/failure_manager.h"
 #include "src/comm/plan_cache.h"
+#include "src/comm/trace.h"
 #include "src/comm/user_ops.h"
 #include "src/comm/work_queue.h"
 #include "src/exec/executor.h"
@@ -124,6 +125,11 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   // How many stream lanes exist now: 1 (this communicator) plus the lanes' communicators made so
   // far (all of them once the first call has started, unless COLL_LAZY_SETUP=1). Any thread.
   int lanesMade();
+  // collCommSetProfiler: the callback of this communicator's and its lanes' operations.
+  void setProfiler(collProfileCallback_t callback, void* userData) {
+    profilerHook_.userData.store(userData, std::memory_order_release);
+    profilerHook_.callback.store(callback, std::memory_order_release);
+  }
 
  private:
   friend class Lanes;
@@ -196,6 +202,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   HwTopology node_;          // the node's hardware (setupPlacement; empty where nothing needed it)
   PlacementHint placement_;  // node == nullptr: no placement
   FailureManager failure_;
+  ProfilerHook profilerHook_;  // a lane uses its parent's
+  CommTracer tracer_;
   Connections links_;
   PlanCache plans_;
   WorkQueue queue_;

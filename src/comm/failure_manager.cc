@@ -29,10 +29,6 @@ const BoolKnob kDumpOnSignal("COLL_DUMP_ON_SIGNAL", "0",
 
 namespace {
 
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 // ---- live communicators, for the SIGUSR1 dump -------------------------------------------------
 
 std::mutex gLiveMu;

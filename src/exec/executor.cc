@@ -383,10 +383,18 @@ void Execution::publish(int32_t index) {
   links_->notifyPeers();
 }
 
-void Execution::completeStep(int32_t) { remaining_--; }
+void Execution::completeStep(int32_t index) {
+  remaining_--;
+  if (observer_ != nullptr) [[unlikely]] {
+    observer_->stepDone(index, schedule_->steps[index]);
+  }
+}
 
 bool Execution::recordProgress(int32_t index, uint64_t done) {
   if (done == done_[index]) return false;
+  if (observer_ != nullptr && done_[index] == 0) [[unlikely]] {
+    observer_->stepStarted(index, schedule_->steps[index]);
+  }
   done_[index] = done;
   if (done == schedule_->steps[index].count) completeStep(index);
   publish(index);
@@ -522,6 +530,9 @@ bool Execution::progressLocal(int32_t index) {
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
   if (dn >= limit) return false;
+  if (observer_ != nullptr && dn == 0) [[unlikely]] {
+    observer_->stepStarted(index, s);
+  }
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
   const bool quantized = isQuantizedStep(s.kind);
@@ -804,9 +815,7 @@ namespace {
 // for and its pending steps, which cost a scan of the schedule.
 void publishIdle(const Execution& execution, ExecSnapshot* snap, bool text, bool first) {
   if (first) {
-    snap->idleSinceNs.store(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
-        std::memory_order_release);
+    snap->idleSinceNs.store(nowNs(), std::memory_order_release);
   }
   if (text) {
     int32_t step, peer;
@@ -840,12 +849,34 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
   uint64_t idle = 0;
   bool publishedIdle = false;
   Clock::time_point lastHealth{};
+  // A wait the observer is told of: from the end of the spin phase to the next progress, or to
+  // the end of the call however it ends.
+  struct ObservedWait {
+    ExecObserver* observer;
+    int64_t startNs = 0;
+    int32_t step = -1, peer = -1;
+    void begin(const Execution& e) {
+      if (startNs != 0) return;
+      startNs = nowNs();
+      e.blockedOn(&step, &peer);
+    }
+    void end() {
+      if (startNs == 0) return;
+      observer->waited(step, peer, startNs, nowNs());
+      startNs = 0;
+    }
+    ~ObservedWait() {
+      if (observer != nullptr) end();
+    }
+  } wait{execution.observer()};
+  ExecObserver* const observer = wait.observer;
   for (;;) {
     bool done = false, progressed = false;
     COLL_TRY(execution.poll(&done, &progressed));
     if (done) return okStatus();
     if (progressed) {
       idle = 0;
+      if (observer != nullptr) wait.end();
       if (publishedIdle) {
         publishBusy(snap);
         publishedIdle = false;
@@ -859,6 +890,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
       // A failure learned from another rank stops the call within microseconds; one relaxed load.
       if ((idle & 63) == 0 && links.aborting()) return interrupted(execution, links);
     } else if (idle <= spinCount + yieldCount) {
+      if (observer != nullptr) wait.begin(execution);
       if (snap != nullptr && !publishedIdle) {
         publishIdle(execution, snap, false, true);
         publishedIdle = true;
@@ -868,6 +900,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
       checkClock = (idle & 63) == 0;
     } else {
       Clock::time_point now = Clock::now();
+      if (observer != nullptr) wait.begin(execution);
       if (idle == spinCount + yieldCount + 1) {
         lastHealth = now;
         // What it waits for is published from the 100 ms refresh below: a pipelined transfer
@@ -894,6 +927,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
         if (done) return okStatus();
         if (progressed) {
           idle = 0;
+          if (observer != nullptr) wait.end();
           if (publishedIdle) {
             publishBusy(snap);
             publishedIdle = false;

@@ -40,6 +40,21 @@ struct ExecBuffers {
   float* residual = nullptr;
 };
 
+// Told of a step's first progress and its completion, and of the waits of runToCompletion (the
+// rank idle past its spin phase, then progressing again), on the executing thread. Tracing and
+// profiling (src/comm/trace.h) implement it; an execution without one pays a null test per slice.
+class ExecObserver {
+ public:
+  virtual void stepStarted(int32_t step, const Step& s) = 0;
+  virtual void stepDone(int32_t step, const Step& s) = 0;
+  // The rank was idle from startNs to endNs (steady clock), its first pending step `step` waiting
+  // on `peer` (-1: local work or nothing remote).
+  virtual void waited(int32_t step, int32_t peer, int64_t startNs, int64_t endNs) = 0;
+
+ protected:
+  ~ExecObserver() = default;
+};
+
 class Execution {
  public:
   // Binds `schedule` (which must outlive the execution) to buffers and links for call number
@@ -65,6 +80,10 @@ class Execution {
   void setSliceBytes(size_t bytes) { sliceOverride_ = bytes; }
 
   uint64_t seq() const { return seq_; }
+
+  // Observes the following calls (nullptr: none); set between calls.
+  void setObserver(ExecObserver* observer) { observer_ = observer; }
+  ExecObserver* observer() const { return observer_; }
 
   // The peer whose connection failed the last poll()/checkHealth() (-1: none, or not a peer's).
   int32_t failedPeer() const { return failedPeer_; }
@@ -146,6 +165,7 @@ class Execution {
   bool hasZeroCountPublish_ = false;
   bool hasQuantSteps_ = false;
   int32_t failedPeer_ = -1;
+  ExecObserver* observer_ = nullptr;
 };
 
 // How long an idle rank polls before yielding the CPU, and yields before sleeping. With more

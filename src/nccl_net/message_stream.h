@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "collective/nccl_net_profiler.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "transports/transport.h"
@@ -42,6 +43,10 @@ struct Request {
   uint64_t postSeq = 0;               // posting order (receive matching, send ordering)
   uint64_t endPos = 0;                // a send: stream position after its last byte
   void* owner = nullptr;
+  // The plugin's: NCCL profiler events of this request's sends / receives (null: none), and what
+  // they describe (the profiler may keep the pointer until the event stops).
+  void* profilerEvents[kMaxRecvs] = {};
+  collProfilerNetDescr_v1_t profilerDescr[kMaxRecvs] = {};
 };
 
 // Sends and receives of one direction. The send side writes frames in posting order; the receive

@@ -46,9 +46,16 @@ typedef enum {
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
 
-// v10+: NCCL's profiler hook; the plugin may ignore it (it is allowed to be NULL).
+// v10+: NCCL's profiler hook (NULL when NCCL has no profiler). `type` is one of the values below
+// (nccl_common.h); pHandle is the handle NCCL gave isend/irecv, extData the plugin's descriptor.
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
                                                void* extData);
+enum {
+  ncclProfilerNetEventStart = 0,
+  ncclProfilerNetEventStop,
+  ncclProfilerNetEventUpdate,
+  ncclProfilerNetEventUpdateAndStop,
+};
 
 // ---- constants (plugin/nccl_net.h) --------------------------------------------------------------
 #define NCCL_NET_HANDLE_MAXSIZE 128

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -59,6 +60,8 @@ struct Global {
   std::mutex mu;
   int initCount = 0;
   ncclDebugLogger_t logger = nullptr;
+  // NCCL's profiler hook (v10+ init; NCCL passes the same one to every init), null before v10.
+  std::atomic<ncclProfilerCallback_t> profiler{nullptr};
   NetKind kind = NetKind::Tcp;
   NetInterface iface;
   std::vector<Device> devices;  // [0] the physical device, then virtual ones
@@ -110,6 +113,7 @@ constexpr uint64_t kSendMagic = 0x53454e44434f4c4cull, kRecvMagic = 0x5245435643
 struct Comm {
   uint64_t magic;
   std::unique_ptr<Pair> pair;
+  int device = 0;  // the device it was made on (profiler events name it)
 };
 
 // Setup of one pair on a helper thread, with the plugin's own deadline, so connect/accept never
@@ -135,6 +139,7 @@ struct ListenComm {
   Secret secret{};
   NetKind kind = NetKind::Tcp;
   int trafficClass = kTrafficClassUnset;  // the NCCL communicator's, for the pairs it accepts
+  int device = 0;
   std::unique_ptr<PendingPair> pending;
 };
 
@@ -376,6 +381,7 @@ ncclResult_t pluginListen(int dev, int ncclTrafficClass, void* opaque, void** li
   if (ncclResult_t r = checkDev(dev)) return r;
   Global& g = global();
   auto l = std::make_unique<ListenComm>();
+  l->device = dev;
   l->kind = g.kind;
   if (!trafficClassFromNccl(ncclTrafficClass, &l->trafficClass)) return ncclInvalidUsage;
   SocketAddress bind = g.iface.address;
@@ -438,7 +444,7 @@ ncclResult_t pluginConnect(int dev, int ncclTrafficClass, void* opaque, void** s
   h->pending = nullptr;
   done->thread.join();
   if (!done->status.ok()) return toNccl(done->status, "NCCL plugin connect");
-  *sendComm = new Comm{kSendMagic, std::move(done->pair)};
+  *sendComm = new Comm{kSendMagic, std::move(done->pair), dev};
   return ncclSuccess;
 }
 
@@ -455,7 +461,7 @@ ncclResult_t pluginAccept(void* listenComm, void** recvComm) {
   std::unique_ptr<PendingPair> done = std::move(l->pending);
   done->thread.join();
   if (!done->status.ok()) return toNccl(done->status, "NCCL plugin accept");
-  *recvComm = new Comm{kRecvMagic, std::move(done->pair)};
+  *recvComm = new Comm{kRecvMagic, std::move(done->pair), l->device};
   return ncclSuccess;
 }
 
@@ -487,22 +493,36 @@ ncclResult_t pluginDeregMr(void* comm, void* mhandle) {
   return ncclSuccess;
 }
 
-ncclResult_t pluginIsend(void* sendComm, void* data, size_t size, int tag, void** request) {
+// Starts NCCL profiler event i of a request just posted, where NCCL gave it a handle (phandle).
+void startProfilerEvent(Request* r, int i, void* phandle, uint8_t type, int device, int tag, size_t length) {
+  ncclProfilerCallback_t profiler = global().profiler.load(std::memory_order_acquire);
+  if (profiler == nullptr || phandle == nullptr || r == nullptr) return;
+  r->profilerDescr[i] = collProfilerNetDescr_v1_t{type, device, tag, length};
+  (void)profiler(&r->profilerEvents[i], ncclProfilerNetEventStart, phandle,
+                 static_cast<int64_t>(COLL_PROFILER_NET_TYPE | COLL_PROFILER_NET_VERSION), &r->profilerDescr[i]);
+}
+
+ncclResult_t pluginIsend(void* sendComm, void* data, size_t size, int tag, void* phandle, void** request) {
   Comm* c = asComm(sendComm, kSendMagic);
   if (!c || !request) return ncclInternalError;
   Request* r = nullptr;
   Status st = c->pair->stream->postSend(data, size, tag, &r);
+  if (st.ok()) startProfilerEvent(r, 0, phandle, collProfileNetSend, c->device, tag, size);
   *request = r;
   return toNccl(st, "NCCL plugin isend");
 }
 
-ncclResult_t pluginIrecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** request) {
+ncclResult_t pluginIrecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** phandles,
+                         void** request) {
   Comm* c = asComm(recvComm, kRecvMagic);
   if (!c || !request || n < 1 || n > kMaxRecvs) return ncclInternalError;
   uint64_t s[kMaxRecvs];
   for (int i = 0; i < n; ++i) s[i] = sizes[i];
   Request* r = nullptr;
   Status st = c->pair->stream->postRecv(n, data, s, tags, &r);
+  if (st.ok() && phandles != nullptr) {
+    for (int i = 0; i < n; ++i) startProfilerEvent(r, i, phandles[i], collProfileNetRecv, c->device, tags[i], sizes[i]);
+  }
   *request = r;
   return toNccl(st, "NCCL plugin irecv");
 }
@@ -520,8 +540,17 @@ ncclResult_t pluginTest(void* request, int* done, int* sizes) {
   bool finished = false;
   uint64_t got[kMaxRecvs];
   const int n = r->n;
+  void* events[kMaxRecvs];  // a finished request is released by test()
+  std::copy(r->profilerEvents, r->profilerEvents + kMaxRecvs, events);
   Status st = stream->test(r, &finished, got, kMaxRecvs);
   if (!st.ok()) return toNccl(st, "NCCL plugin test");
+  if (finished) {
+    if (ncclProfilerCallback_t profiler = global().profiler.load(std::memory_order_acquire)) {
+      for (int i = 0; i < n && i < kMaxRecvs; ++i) {
+        if (events[i] != nullptr) (void)profiler(&events[i], ncclProfilerNetEventStop, nullptr, 0, nullptr);
+      }
+    }
+  }
   *done = finished ? 1 : 0;
   if (finished && sizes) {
     for (int i = 0; i < n; ++i) sizes[i] = static_cast<int>(got[i]);
@@ -601,10 +630,14 @@ ncclResult_t pluginFinalize() {
 // ---- per-version shims --------------------------------------------------------------------------
 
 ncclResult_t initV8(ncclDebugLogger_t logger) { return pluginInit(logger); }
-ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) { return pluginInit(logger); }
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+  global().profiler.store(profiler, std::memory_order_release);
+  return pluginInit(logger);
+}
 ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
-                     ncclProfilerCallback_t) {
+                     ncclProfilerCallback_t profiler) {
   if (!ctx) return ncclInternalError;
+  global().profiler.store(profiler, std::memory_order_release);
   ncclResult_t r = pluginInit(logger);
   if (r != ncclSuccess) return r;
   auto* c = new Context{commId, config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF, {}};
@@ -677,13 +710,13 @@ ncclResult_t acceptV8(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_
 ncclResult_t isendV8(void* comm, void* data, int size, int tag, void* mhandle, void** request) {
   (void)mhandle;
   if (size < 0) return ncclInternalError;
-  return pluginIsend(comm, data, static_cast<size_t>(size), tag, request);
+  return pluginIsend(comm, data, static_cast<size_t>(size), tag, nullptr, request);
 }
 ncclResult_t isendV9(void* comm, void* data, size_t size, int tag, void*, void** request) {
-  return pluginIsend(comm, data, size, tag, request);
+  return pluginIsend(comm, data, size, tag, nullptr, request);
 }
-ncclResult_t isendV10(void* comm, void* data, size_t size, int tag, void*, void*, void** request) {
-  return pluginIsend(comm, data, size, tag, request);
+ncclResult_t isendV10(void* comm, void* data, size_t size, int tag, void*, void* phandle, void** request) {
+  return pluginIsend(comm, data, size, tag, phandle, request);
 }
 ncclResult_t irecvV8(void* comm, int n, void** data, int* sizes, int* tags, void**, void** request) {
   if (n < 1 || n > kMaxRecvs || !sizes) return ncclInternalError;
@@ -692,15 +725,16 @@ ncclResult_t irecvV8(void* comm, int n, void** data, int* sizes, int* tags, void
     if (sizes[i] < 0) return ncclInternalError;
     s[i] = static_cast<size_t>(sizes[i]);
   }
-  return pluginIrecv(comm, n, data, s, tags, request);
+  return pluginIrecv(comm, n, data, s, tags, nullptr, request);
 }
 ncclResult_t irecvV9(void* comm, int n, void** data, size_t* sizes, int* tags, void**, void** request) {
   if (!sizes) return ncclInternalError;
-  return pluginIrecv(comm, n, data, sizes, tags, request);
+  return pluginIrecv(comm, n, data, sizes, tags, nullptr, request);
 }
-ncclResult_t irecvV10(void* comm, int n, void** data, size_t* sizes, int* tags, void**, void**, void** request) {
+ncclResult_t irecvV10(void* comm, int n, void** data, size_t* sizes, int* tags, void**, void** phandles,
+                      void** request) {
   if (!sizes) return ncclInternalError;
-  return pluginIrecv(comm, n, data, sizes, tags, request);
+  return pluginIrecv(comm, n, data, sizes, tags, phandles, request);
 }
 ncclResult_t closeSend(void* comm) { return pluginClose(comm, kSendMagic); }
 ncclResult_t closeRecv(void* comm) { return pluginClose(comm, kRecvMagic); }

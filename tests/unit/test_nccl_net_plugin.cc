@@ -8,10 +8,13 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collective/nccl_net_profiler.h"
 #include "src/nccl_net/nccl_net_abi.h"
 #include "tests/unit/socket_tos.h"
 
@@ -271,6 +274,112 @@ TEST(NcclNetPlugin, V10ConnectConfigTrafficClass) {
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
   unsetenv("COLL_NSOCKS_PERPEER");
+}
+
+// NCCL's profiler hook (v10+): each isend / irecv that NCCL gives a profiler handle starts an
+// event (our plugin id, a descriptor of the message) when posted and stops it once test() finds it
+// done; a NULL handle makes no event.
+struct NetProfilerLog {
+  std::mutex mu;
+  int next = 0;
+  struct Event {
+    void* parent;
+    int64_t pluginId;
+    collProfilerNetDescr_v1_t descr;
+    int stops = 0;
+  };
+  std::map<intptr_t, Event> events;  // by the handle given back
+  int badStops = 0;
+};
+NetProfilerLog gNetProfilerLog;
+
+ncclResult_t recordNetProfilerEvent(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData) {
+  NetProfilerLog& log = gNetProfilerLog;
+  std::lock_guard<std::mutex> lock(log.mu);
+  if (type == ncclProfilerNetEventStart) {
+    const intptr_t id = ++log.next;
+    log.events[id] = NetProfilerLog::Event{pHandle, pluginId, *static_cast<collProfilerNetDescr_v1_t*>(extData), 0};
+    *eHandle = reinterpret_cast<void*>(id);
+  } else if (type == ncclProfilerNetEventStop) {
+    auto it = log.events.find(reinterpret_cast<intptr_t>(*eHandle));
+    if (it == log.events.end()) ++log.badStops;
+    else ++it->second.stops;
+  }
+  return ncclSuccess;
+}
+
+TEST(NcclNetPlugin, V10ProfilerEventsPerMessage) {
+  setenv("COLL_NCCL_NET", "tcp", 1);
+  auto* net = table<ncclNet_v10_t>(COLL_NCCL_NET_SYMBOL_V10);
+  ASSERT_NE(net, nullptr);
+  ASSERT_EQ(net->init(quietLogger, recordNetProfilerEvent), ncclSuccess);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(0, handle, &listenComm), ncclSuccess);
+  void *sendComm, *recvComm;
+  ncclNetDeviceHandle_v10_t* devHandle = nullptr;
+  ncclNetCommConfig_v10_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  establish([&](void** c) { return net->connect(0, &config, handle, c, &devHandle); },
+            [&](void** c) { return net->accept(listenComm, c, &devHandle); }, &sendComm, &recvComm);
+  std::vector<char> a(300000, 'a'), b(1000, 'b'), ra(a.size()), rb(4096);
+  void *mhs, *mhr;
+  ASSERT_EQ(net->regMr(sendComm, a.data(), a.size(), NCCL_PTR_HOST, &mhs), ncclSuccess);
+  ASSERT_EQ(net->regMr(recvComm, ra.data(), ra.size(), NCCL_PTR_HOST, &mhr), ncclSuccess);
+  int parentA = 0, parentRa = 0;  // NCCL's step handles, as far as we can tell: opaque pointers
+  void* data[2] = {ra.data(), rb.data()};
+  size_t sizes[2] = {ra.size(), rb.size()};
+  int tags[2] = {7, 9};
+  void* mh[2] = {mhr, mhr};
+  void* ph[2] = {&parentRa, nullptr};
+  void *rreq = nullptr, *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(net->irecv(recvComm, 2, data, sizes, tags, mh, ph, &rreq), ncclSuccess);
+  ASSERT_EQ(net->isend(sendComm, a.data(), a.size(), 7, mhs, &parentA, &s1), ncclSuccess);
+  ASSERT_EQ(net->isend(sendComm, b.data(), b.size(), 9, mhs, nullptr, &s2), ncclSuccess);
+  {
+    std::lock_guard<std::mutex> lock(gNetProfilerLog.mu);
+    for (const auto& [id, e] : gNetProfilerLog.events) EXPECT_EQ(e.stops, 0) << "stopped before done";
+  }
+  int done[3] = {0, 0, 0};
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(done[0] && done[1] && done[2]) && std::chrono::steady_clock::now() < until) {
+    void* reqs[3] = {s1, s2, rreq};
+    for (int i = 0; i < 3; ++i) {
+      if (!done[i]) {
+        ASSERT_EQ(net->test(reqs[i], &done[i], nullptr), ncclSuccess);
+      }
+    }
+  }
+  ASSERT_TRUE(done[0] && done[1] && done[2]);
+  EXPECT_EQ(ra, a);
+  {
+    std::lock_guard<std::mutex> lock(gNetProfilerLog.mu);
+    ASSERT_EQ(gNetProfilerLog.events.size(), 2u) << "one per message with a handle";
+    EXPECT_EQ(gNetProfilerLog.badStops, 0);
+    bool sawSend = false, sawRecv = false;
+    for (const auto& [id, e] : gNetProfilerLog.events) {
+      EXPECT_EQ(e.stops, 1);
+      EXPECT_EQ(e.pluginId, static_cast<int64_t>(COLL_PROFILER_NET_TYPE | COLL_PROFILER_NET_VERSION));
+      EXPECT_EQ(e.descr.device, 0);
+      EXPECT_EQ(e.descr.tag, 7);
+      if (e.descr.type == collProfileNetSend) {
+        sawSend = true;
+        EXPECT_EQ(e.parent, &parentA);
+        EXPECT_EQ(e.descr.length, a.size());
+      } else {
+        ASSERT_EQ(e.descr.type, collProfileNetRecv);
+        sawRecv = true;
+        EXPECT_EQ(e.parent, &parentRa);
+        EXPECT_EQ(e.descr.length, ra.size());
+      }
+    }
+    EXPECT_TRUE(sawSend && sawRecv);
+  }
+  EXPECT_EQ(net->deregMr(sendComm, mhs), ncclSuccess);
+  EXPECT_EQ(net->deregMr(recvComm, mhr), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  ASSERT_EQ(net->init(quietLogger, nullptr), ncclSuccess);  // later tests run without the hook
 }
 
 }  // namespace
