@@ -201,6 +201,16 @@ void Comm::abort() {
 
 Status Comm::runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers, const char* what,
                           uint64_t count, int dtype) {
+  // Two instantiations, so that an untraced call runs the code it ran before tracing existed.
+  if (tracer_.observer() != nullptr) [[unlikely]] {
+    return runExecutionAs<true>(execution, schedule, buffers, what, count, dtype);
+  }
+  return runExecutionAs<false>(execution, schedule, buffers, what, count, dtype);
+}
+
+template <bool kObserved>
+Status Comm::runExecutionAs(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers,
+                            const char* what, uint64_t count, int dtype) {
   struct NetCall {
     NetTransport* net;
     explicit NetCall(NetTransport* n) : net(n) {
@@ -216,9 +226,8 @@ Status Comm::runExecution(Execution& execution, const Schedule& schedule, const 
   } scratchBack{links_};
   COLL_TRY(execution.start(schedule, buffers, links_, seq_));
   failure_.publishOp(what, count, dtype, seq_);
-  ExecObserver* const observer = tracer_.observer();
-  execution.setObserver(observer);
-  if (observer != nullptr) [[unlikely]] {
+  if constexpr (kObserved) {
+    execution.setObserver(&tracer_);
     tracer_.beginCall(what, schedule, seq_, count, dtype >= 0 ? static_cast<collDataType_t>(dtype) : collUint8);
   }
   Status st = runToCompletion(execution, links_, callDeadline(), links_.waitPolicy(), &failure_.snapshot());
@@ -226,8 +235,9 @@ Status Comm::runExecution(Execution& execution, const Schedule& schedule, const 
   // following their own wait-for chains must not take this rank for the culprit meanwhile.
   if (!st.ok()) st = failure_.diagnose(st, execution);
   failure_.publishIdle();
-  if (observer != nullptr) [[unlikely]] {
+  if constexpr (kObserved) {
     tracer_.endCall(st);
+    execution.setObserver(nullptr);  // untraced calls leave it alone
   }
   return st;
 }

@@ -163,6 +163,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   // failure; the inter-host transport knows the call is on (NetTransport::enterCall) throughout.
   Status runExecution(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers, const char* what,
                       uint64_t count, int dtype);
+  template <bool kObserved>
+  Status runExecutionAs(Execution& execution, const Schedule& schedule, const ExecBuffers& buffers, const char* what,
+                        uint64_t count, int dtype);
   Status execute(const Work& work);
   // A piece of device work on the progress thread: wait for the user's stream, stage, run.
   Status executeOnDevice(const Work& work);

@@ -383,20 +383,20 @@ void Execution::publish(int32_t index) {
   links_->notifyPeers();
 }
 
+template <bool kObserved>
 void Execution::completeStep(int32_t index) {
   remaining_--;
-  if (observer_ != nullptr) [[unlikely]] {
-    observer_->stepDone(index, schedule_->steps[index]);
-  }
+  if constexpr (kObserved) observer_->stepDone(index, schedule_->steps[index]);
 }
 
+template <bool kObserved>
 bool Execution::recordProgress(int32_t index, uint64_t done) {
   if (done == done_[index]) return false;
-  if (observer_ != nullptr && done_[index] == 0) [[unlikely]] {
-    observer_->stepStarted(index, schedule_->steps[index]);
+  if constexpr (kObserved) {
+    if (done_[index] == 0) observer_->stepStarted(index, schedule_->steps[index]);
   }
   done_[index] = done;
-  if (done == schedule_->steps[index].count) completeStep(index);
+  if (done == schedule_->steps[index].count) completeStep<kObserved>(index);
   publish(index);
   return true;
 }
@@ -418,6 +418,7 @@ bool Execution::alignStream(int32_t index, Connection* c, bool sending, bool* mo
   return true;
 }
 
+template <bool kObserved>
 bool Execution::progressSend(int32_t index) {
   const Step& s = schedule_->steps[index];
   Connection* c = conns_[stepPeer_[index]];
@@ -442,9 +443,10 @@ bool Execution::progressSend(int32_t index) {
     c->sendCommit(n * unit);
     dn += n;
   }
-  return recordProgress(index, dn) || moved;
+  return recordProgress<kObserved>(index, dn) || moved;
 }
 
+template <bool kObserved>
 bool Execution::progressRecv(int32_t index) {
   const Schedule& sc = *schedule_;
   const Step& s = sc.steps[index];
@@ -479,7 +481,7 @@ bool Execution::progressRecv(int32_t index) {
     dn += n;
   }
   postRest(index, c, dn, limit);
-  return recordProgress(index, dn) || moved;
+  return recordProgress<kObserved>(index, dn) || moved;
 }
 
 void Execution::postRest(int32_t index, Connection* c, uint64_t dn, uint64_t limit) {
@@ -524,14 +526,15 @@ void Execution::withdrawPosts() {
   }
 }
 
+template <bool kObserved>
 bool Execution::progressLocal(int32_t index) {
   const Schedule& sc = *schedule_;
   const Step& s = sc.steps[index];
   uint64_t limit = s.ndeps != 0 ? available(index) : s.count;
   uint64_t dn = done_[index];
   if (dn >= limit) return false;
-  if (observer_ != nullptr && dn == 0) [[unlikely]] {
-    observer_->stepStarted(index, s);
+  if constexpr (kObserved) {
+    if (dn == 0) observer_->stepStarted(index, s);
   }
   std::byte* dst = dstPtr_[index];
   const std::byte* src = srcPtr_[index];
@@ -562,7 +565,7 @@ bool Execution::progressLocal(int32_t index) {
     // Per slice, so local peers streaming from this step can start on it.
     publish(index);
   }
-  if (dn == s.count) completeStep(index);
+  if (dn == s.count) completeStep<kObserved>(index);
   return true;
 }
 
@@ -600,6 +603,12 @@ void Execution::runQuantSlice(const Step& s, std::byte* dst, const std::byte* sr
 }
 
 Status Execution::poll(bool* done, bool* progressed) {
+  // Two instantiations, so that an unobserved call runs the code it ran before tracing existed.
+  return observer_ != nullptr ? pollSteps<true>(done, progressed) : pollSteps<false>(done, progressed);
+}
+
+template <bool kObserved>
+Status Execution::pollSteps(bool* done, bool* progressed) {
   *done = false;
   *progressed = false;
   const size_t npeers = conns_.size();
@@ -633,7 +642,7 @@ Status Execution::poll(bool* done, bool* progressed) {
           ++cur;
           continue;
         }
-        any |= progressRecv(i);
+        any |= progressRecv<kObserved>(i);
         if (done_[i] < steps[i].count) break;
       }
     }
@@ -643,7 +652,7 @@ Status Execution::poll(bool* done, bool* progressed) {
         if (k == localFirst_) ++localFirst_;
         continue;
       }
-      any |= progressLocal(i);
+      any |= progressLocal<kObserved>(i);
     }
     for (size_t p = 0; p < npeers; ++p) {
       int32_t& cur = sendCursor_[p];
@@ -654,7 +663,7 @@ Status Execution::poll(bool* done, bool* progressed) {
           ++cur;
           continue;
         }
-        any |= progressSend(i);
+        any |= progressSend<kObserved>(i);
         if (done_[i] < steps[i].count) break;
       }
     }
@@ -842,6 +851,7 @@ Status interrupted(const Execution& execution, Links& links) {
                    static_cast<unsigned long long>(execution.seq()));
 }
 
+template <bool kObserved>
 Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
                      ExecSnapshot* snap) {
   const uint64_t spinCount = policy.spins;
@@ -866,17 +876,16 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
       startNs = 0;
     }
     ~ObservedWait() {
-      if (observer != nullptr) end();
+      if constexpr (kObserved) end();
     }
-  } wait{execution.observer()};
-  ExecObserver* const observer = wait.observer;
+  } wait{kObserved ? execution.observer() : nullptr};
   for (;;) {
     bool done = false, progressed = false;
     COLL_TRY(execution.poll(&done, &progressed));
     if (done) return okStatus();
     if (progressed) {
       idle = 0;
-      if (observer != nullptr) wait.end();
+      if constexpr (kObserved) wait.end();
       if (publishedIdle) {
         publishBusy(snap);
         publishedIdle = false;
@@ -890,7 +899,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
       // A failure learned from another rank stops the call within microseconds; one relaxed load.
       if ((idle & 63) == 0 && links.aborting()) return interrupted(execution, links);
     } else if (idle <= spinCount + yieldCount) {
-      if (observer != nullptr) wait.begin(execution);
+      if constexpr (kObserved) wait.begin(execution);
       if (snap != nullptr && !publishedIdle) {
         publishIdle(execution, snap, false, true);
         publishedIdle = true;
@@ -900,7 +909,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
       checkClock = (idle & 63) == 0;
     } else {
       Clock::time_point now = Clock::now();
-      if (observer != nullptr) wait.begin(execution);
+      if constexpr (kObserved) wait.begin(execution);
       if (idle == spinCount + yieldCount + 1) {
         lastHealth = now;
         // What it waits for is published from the 100 ms refresh below: a pipelined transfer
@@ -927,7 +936,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
         if (done) return okStatus();
         if (progressed) {
           idle = 0;
-          if (observer != nullptr) wait.end();
+          if constexpr (kObserved) wait.end();
           if (publishedIdle) {
             publishBusy(snap);
             publishedIdle = false;
@@ -955,7 +964,8 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
 
 Status runToCompletion(Execution& execution, Links& links, Deadline deadline, const WaitPolicy& policy,
                        ExecSnapshot* snap) {
-  Status st = pollUntilDone(execution, links, deadline, policy, snap);
+  Status st = execution.observer() != nullptr ? pollUntilDone<true>(execution, links, deadline, policy, snap)
+                                              : pollUntilDone<false>(execution, links, deadline, policy, snap);
   execution.withdrawPosts();
   return st;
 }

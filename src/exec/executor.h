@@ -95,16 +95,24 @@ class Execution {
   uint64_t available(int32_t step) const;
   uint64_t depAvailable(const Step& s, uint32_t dep) const;
   bool alignStream(int32_t step, Connection* c, bool sending, bool* moved);
+  // The step machinery, instantiated with and without an observer (poll picks one per call).
+  template <bool kObserved>
+  Status pollSteps(bool* done, bool* progressed);
+  template <bool kObserved>
   bool progressSend(int32_t step);
+  template <bool kObserved>
   bool progressRecv(int32_t step);
   // Posts the rest of receive step `step` to its connection, or withdraws the post when done.
   void postRest(int32_t step, Connection* c, uint64_t done, uint64_t limit);
+  template <bool kObserved>
   bool progressLocal(int32_t step);
   // Quantized local steps: `n` blocks from block `dn` of step `s`.
   void runQuantSlice(const Step& s, std::byte* dst, const std::byte* src, uint64_t dn, uint64_t n);
   size_t unitOf(const Step& s) const { return s.unitBytes != 0 ? s.unitBytes : es_; }
+  template <bool kObserved>
   void completeStep(int32_t step);
   // Stores a step's new progress (publishing it where the step is published); false if none.
+  template <bool kObserved>
   bool recordProgress(int32_t step, uint64_t done);
   bool peerActive(size_t peerIndex) const;
   void publish(int32_t step);
