@@ -200,7 +200,7 @@ COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, i
  * events per rank as a Chrome trace (see docs/TRACING.md). */
 typedef enum {
   collProfileColl = 0,   /* one collective or point-to-point execution (name: "allreduce", ...) */
-  collProfileStep = 1,   /* one step of its schedule (name: "send", "recv", "recvReduce", ...) */
+  collProfileStep = 1,   /* one step of its schedule (name: "Send", "Recv", "RecvReduce", ...) */
   collProfileWait = 2,   /* the rank idle within an operation, waiting for `peer` (-1: local) */
   collProfileFailure = 3 /* an operation failed: `message` says why (phase collProfileInstant) */
 } collProfileEventType_t;

@@ -40,21 +40,39 @@ FILE* logFile() {
   if (gFile) return gFile;
   std::string path = kDebugFile.get();
   if (!path.empty()) {
-    std::string expanded;
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    for (size_t i = 0; i < path.size(); ++i) {
-      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'h') expanded += host, ++i;
-      else if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') expanded += std::to_string(getpid()), ++i;
-      else expanded += path[i];
-    }
-    gFile = fopen(expanded.c_str(), "a");
+    gFile = fopen(expandFilePattern(path, host, static_cast<int>(getpid())).c_str(), "a");
   }
   if (!gFile) gFile = stderr;
   return gFile;
 }
 
 }  // namespace
+
+std::string expandFilePattern(const std::string& pattern, const std::string& host, int pid, int rank, bool* usedRank) {
+  std::string out;
+  if (usedRank != nullptr) *usedRank = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (pattern[i] != '%' || (next != 'h' && next != 'p' && next != '%' && (next != 'r' || rank < 0))) {
+      out += pattern[i];
+      continue;
+    }
+    ++i;
+    if (next == 'h') {
+      out += host;
+    } else if (next == 'p') {
+      out += std::to_string(pid);
+    } else if (next == '%') {
+      out += '%';
+    } else {
+      out += std::to_string(rank);
+      if (usedRank != nullptr) *usedRank = true;
+    }
+  }
+  return out;
+}
 
 LogLevel logLevel() {
   int level = gLevel.load(std::memory_order_relaxed);

@@ -1,6 +1,8 @@
 // Logging: COLL_DEBUG=WARN|INFO|TRACE, lines prefixed "host:pid:tid [rank]" like NCCL's.
 #pragma once
 
+#include <string>
+
 namespace coll {
 
 enum class LogLevel { None = 0, Warn = 1, Info = 2, Trace = 3 };
@@ -11,6 +13,12 @@ inline bool logEnabled(LogLevel level) { return static_cast<int>(level) <= stati
 
 // rank < 0 prints no rank. Never pass secrets.
 void logPrintf(LogLevel level, int rank, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// A file name from a pattern (COLL_DEBUG_FILE, COLL_TRACE_FILE): %h the host, %p the process id,
+// %r `rank` (rank >= 0; otherwise left as it is), %% a percent sign. *usedRank, when given, says
+// whether %r was expanded.
+std::string expandFilePattern(const std::string& pattern, const std::string& host, int pid, int rank = -1,
+                              bool* usedRank = nullptr);
 
 // Re-reads COLL_DEBUG (tests).
 void logReset();

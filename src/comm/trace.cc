@@ -24,28 +24,8 @@ const StringKnob kTraceFile("COLL_TRACE_FILE", "",
                             {KnobSection::Logging, 30});
 
 std::string expandTracePath(const std::string& pattern, int rank, int pid, const std::string& host) {
-  std::string out;
   bool hasRank = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '%' || i + 1 == pattern.size()) {
-      out += pattern[i];
-      continue;
-    }
-    const char c = pattern[++i];
-    if (c == 'r') {
-      out += std::to_string(rank);
-      hasRank = true;
-    } else if (c == 'p') {
-      out += std::to_string(pid);
-    } else if (c == 'h') {
-      out += host;
-    } else if (c == '%') {
-      out += '%';
-    } else {
-      out += '%';
-      out += c;
-    }
-  }
+  std::string out = expandFilePattern(pattern, host, pid, rank, &hasRank);
   if (!hasRank) {
     const size_t slash = out.rfind('/');
     const size_t dot = out.rfind('.');
@@ -141,22 +121,6 @@ namespace {
 
 constexpr size_t kFlushEvents = 8192;  // buffered events written at the end of a call
 
-const char* stepName(StepKind kind) {
-  switch (kind) {
-    case StepKind::Send: return "send";
-    case StepKind::Recv: return "recv";
-    case StepKind::RecvReduce: return "recvReduce";
-    case StepKind::Copy: return "copy";
-    case StepKind::Reduce: return "reduce";
-    case StepKind::Divide: return "divide";
-    case StepKind::Widen: return "widen";
-    case StepKind::Quantize: return "quantize";
-    case StepKind::Dequantize: return "dequantize";
-    case StepKind::DequantAccumulate: return "dequantAccumulate";
-  }
-  return "step";
-}
-
 int32_t stepPeer(const Step& s) {
   return (s.kind == StepKind::Send || s.kind == StepKind::Recv || s.kind == StepKind::RecvReduce) ? s.peer : -1;
 }
@@ -251,19 +215,19 @@ void CommTracer::stepStarted(int32_t step, const Step& s) {
   const int64_t now = nowNs();
   if (static_cast<size_t>(step) >= stepStartNs_.size()) stepStartNs_.resize(static_cast<size_t>(step) + 1, 0);
   stepStartNs_[static_cast<size_t>(step)] = now;
-  emit(collProfileStep, collProfileStart, stepName(s.kind), stepPeer(s), step, s.count, stepBytes(s), now, collSuccess,
-       nullptr);
+  emit(collProfileStep, collProfileStart, stepKindName(s.kind), stepPeer(s), step, s.count, stepBytes(s), now,
+       collSuccess, nullptr);
 }
 
 void CommTracer::stepDone(int32_t step, const Step& s) {
   const int64_t now = nowNs();
-  emit(collProfileStep, collProfileStop, stepName(s.kind), stepPeer(s), step, s.count, stepBytes(s), now, collSuccess,
-       nullptr);
+  emit(collProfileStep, collProfileStop, stepKindName(s.kind), stepPeer(s), step, s.count, stepBytes(s), now,
+       collSuccess, nullptr);
   if (file_ == nullptr) return;
   const size_t i = static_cast<size_t>(step);
   // A step done in one go (no earlier progress) starts and ends at once.
   const int64_t start = i < stepStartNs_.size() && stepStartNs_[i] != 0 ? stepStartNs_[i] : now;
-  events_.push_back(Event{Kind::Step, stepName(s.kind), start, now, seq_, s.count, stepBytes(s), stepPeer(s), step,
+  events_.push_back(Event{Kind::Step, stepKindName(s.kind), start, now, seq_, s.count, stepBytes(s), stepPeer(s), step,
                           dtype_, collSuccess, algorithm_, 0});
 }
 

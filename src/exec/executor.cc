@@ -51,22 +51,6 @@ size_t knobSliceBytes() {
   return bytes;
 }
 
-const char* stepKindName(StepKind k) {
-  switch (k) {
-    case StepKind::Send: return "Send";
-    case StepKind::Recv: return "Recv";
-    case StepKind::RecvReduce: return "RecvReduce";
-    case StepKind::Copy: return "Copy";
-    case StepKind::Reduce: return "Reduce";
-    case StepKind::Divide: return "Divide";
-    case StepKind::Widen: return "Widen";
-    case StepKind::Quantize: return "Quantize";
-    case StepKind::Dequantize: return "Dequantize";
-    case StepKind::DequantAccumulate: return "DequantAccumulate";
-  }
-  return "?";
-}
-
 // Steps that count blocks of Schedule::quantBlock elements rather than elements.
 bool isQuantizedStep(StepKind k) {
   return k == StepKind::Widen || k == StepKind::Quantize || k == StepKind::Dequantize ||

@@ -42,7 +42,8 @@ struct ExecBuffers {
 
 // Told of a step's first progress and its completion, and of the waits of runToCompletion (the
 // rank idle past its spin phase, then progressing again), on the executing thread. Tracing and
-// profiling (src/comm/trace.h) implement it; an execution without one pays a null test per slice.
+// profiling (src/comm/trace.h) implement it. The step machinery is instantiated with and without
+// one, so an execution without an observer runs no hook at all.
 class ExecObserver {
  public:
   virtual void stepStarted(int32_t step, const Step& s) = 0;

@@ -5,6 +5,22 @@
 
 namespace coll {
 
+const char* stepKindName(StepKind k) {
+  switch (k) {
+    case StepKind::Send: return "Send";
+    case StepKind::Recv: return "Recv";
+    case StepKind::RecvReduce: return "RecvReduce";
+    case StepKind::Copy: return "Copy";
+    case StepKind::Reduce: return "Reduce";
+    case StepKind::Divide: return "Divide";
+    case StepKind::Widen: return "Widen";
+    case StepKind::Quantize: return "Quantize";
+    case StepKind::Dequantize: return "Dequantize";
+    case StepKind::DequantAccumulate: return "DequantAccumulate";
+  }
+  return "?";
+}
+
 size_t dataTypeSize(collDataType_t dtype) {
   switch (dtype) {
     case collInt8:

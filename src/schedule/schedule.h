@@ -210,5 +210,7 @@ inline Dep peerCallDep(int32_t peer, uint32_t lag) {
 }
 
 size_t dataTypeSize(collDataType_t dtype);
+// "Send", "RecvReduce", ...: a step kind in messages, dumps and traces.
+const char* stepKindName(StepKind kind);
 
 }  // namespace coll

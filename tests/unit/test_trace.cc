@@ -108,11 +108,11 @@ TEST(Trace, ProfilerSeesCallsStepsAndWaits) {
       EXPECT_STREQ(it->second.name, e.name);
       open.erase(it);
       const std::string name = e.name;
-      if (name == "send" || name == "recv" || name == "recvReduce") {
+      if (name == "Send" || name == "Recv" || name == "RecvReduce") {
         EXPECT_GE(e.peer, 0);
         EXPECT_LT(e.peer, kRanks);
         EXPECT_NE(e.peer, r);
-        if (name == "send") sent[{r, e.peer}] += e.bytes;
+        if (name == "Send") sent[{r, e.peer}] += e.bytes;
         else received[{e.peer, r}] += e.bytes;
       } else {
         EXPECT_EQ(e.peer, -1) << name;
@@ -204,7 +204,7 @@ TEST(Trace, ChromeTraceFilePerRank) {
     EXPECT_GE(countOf(text, "\"cat\":\"coll\""), static_cast<size_t>(kCalls)) << path;
     EXPECT_EQ(countOf(text, "\"cat\":\"coll\",\"name\":\"allreduce\""), static_cast<size_t>(kCalls)) << path;
     EXPECT_GE(countOf(text, "\"cat\":\"step\""), static_cast<size_t>(kCalls)) << path;
-    EXPECT_NE(text.find("\"name\":\"send\""), std::string::npos) << path;
+    EXPECT_NE(text.find("\"name\":\"Send\""), std::string::npos) << path;
     EXPECT_NE(text.find("\"pid\":" + std::to_string(r) + ","), std::string::npos) << path;
     EXPECT_EQ(text.find(",,"), std::string::npos);
     EXPECT_EQ(text.find("}{"), std::string::npos);
