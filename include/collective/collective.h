@@ -194,6 +194,23 @@ COLL_API collResult_t collCommRevoke(collComm_t comm);
 COLL_API collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int excludeCount, collComm_t* newcomm,
                                      collConfig_t* config);
 
+/* Elastic growth (NCCL's ncclCommGetUniqueId / ncclCommGrow): the ranks of comm and new processes
+ * make a larger communicator. Rank 0 of comm makes a grow id (collCommGetUniqueId) and hands it to
+ * the newcomers (a file, the launcher, a store); the grow id carries the job's secret, so keep it
+ * as private as a unique id. Then, with the same nranks (> comm's size) everywhere:
+ *  - rank 0 of comm:        collCommGrow(comm, nranks, &growId, -1, &newcomm, config)
+ *  - other ranks of comm:   collCommGrow(comm, nranks, NULL,    -1, &newcomm, config)
+ *  - each newcomer:         collCommGrow(NULL, nranks, &growId, rank, &newcomm, config)
+ * The ranks of comm keep their rank; newcomers take ranks size(comm) .. nranks-1, each one once.
+ * The grow id serves one grow and lasts four of comm's timeouts: newcomers must join by then.
+ * comm is left as it was and stays usable whatever happens (a newcomer that dies or never comes
+ * makes collCommGrow fail on every rank within the timeout). Collective over comm: host-stream
+ * work still queued or running on comm is refused (collInvalidUsage; synchronize first). config
+ * as in collCommInitRankConfig (NULL: comm's for its ranks, defaults for newcomers). */
+COLL_API collResult_t collCommGetUniqueId(collComm_t comm, collUniqueId* growId);
+COLL_API collResult_t collCommGrow(collComm_t comm, int nranks, const collUniqueId* growId, int rank,
+                                   collComm_t* newcomm, collConfig_t* config);
+
 /* Profiling, in the spirit of NCCL's profiler plugin: a callback told when each operation, each
  * step of its schedule (a send, receive, receive-and-reduce, copy or local reduction, with its peer
  * and bytes) and each wait starts and stops, and of failures. COLL_TRACE_FILE=path writes the same

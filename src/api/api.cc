@@ -17,6 +17,7 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/comm/comm.h"
+#include "src/comm/grow.h"
 #include "src/comm/shrink.h"
 #include "src/comm/stream.h"
 #include "src/gpu/cuda_driver.h"
@@ -505,6 +506,12 @@ Status initComm(collComm_t* out, int nranks, const collUniqueId& id, int rank, c
   if (nranks < 1 || nranks > (1 << 24)) return makeError(collInvalidArgument, "nranks %d is out of range", nranks);
   if (rank < 0 || rank >= nranks) {
     return makeError(collInvalidArgument, "rank %d is out of range for %d ranks", rank, nranks);
+  }
+  UniqueIdContents contents;
+  if (decodeUniqueId(id, &contents).ok() && contents.growFrom != 0) {
+    return makeError(collInvalidArgument,
+                     "this is a grow id (collCommGetUniqueId), which only collCommGrow takes; collCommInitRank takes "
+                     "an id from collGetUniqueId");
   }
   if (nonBlocking) {
     *out = registerPending([id, nranks, rank, config](std::unique_ptr<Comm>* comm) {
@@ -1191,6 +1198,54 @@ collResult_t collCommShrink(collComm_t comm, const int* excludeRanks, int exclud
   s = shrinkComm(*c, excludeRanks, excludeCount, cc, &child);
   if (!s.ok()) return report(s, c->rank());
   *newcomm = registerComm(std::move(child));
+  return collSuccess;
+}
+
+collResult_t collCommGetUniqueId(collComm_t comm, collUniqueId* growId) {
+  Comm* c = nullptr;
+  Status s = lookup(comm, &c);
+  if (!s.ok()) return report(s.withContext("collCommGetUniqueId"));
+  if (growId == nullptr)
+    return report(makeError(collInvalidArgument, "collCommGetUniqueId: growId is NULL"), c->rank());
+  return report(makeGrowId(*c, growId), c->rank());
+}
+
+collResult_t collCommGrow(collComm_t comm, int nranks, const collUniqueId* growId, int rank, collComm_t* newcomm,
+                          collConfig_t* config) {
+  if (newcomm == nullptr) return report(makeError(collInvalidArgument, "collCommGrow: newcomm is NULL"));
+  *newcomm = nullptr;
+  std::unique_ptr<Comm> grown;
+  if (comm == nullptr) {
+    // A newcomer: no communicator, the grow id and the rank it takes.
+    if (growId == nullptr) {
+      return report(makeError(collInvalidArgument,
+                              "collCommGrow: a newcomer (comm NULL) needs the growId of rank 0's collCommGetUniqueId"));
+    }
+    CommConfig cc;
+    cc.commName = "grow";
+    Status s = validateConfig(config, &cc);
+    if (!s.ok()) return report(s.withContext("collCommGrow"), rank);
+    s = growNewcomer(nranks, *growId, rank, cc, &grown);
+    if (!s.ok()) return report(s, rank);
+  } else {
+    Comm* c = nullptr;
+    Status s = lookup(comm, &c);
+    if (!s.ok()) return report(s.withContext("collCommGrow"));
+    if (rank != -1) {
+      return report(makeError(collInvalidArgument,
+                              "collCommGrow: rank %d on a rank of the communicator that grows: its ranks pass -1 (they "
+                              "keep their rank); only newcomers (comm NULL) name theirs",
+                              rank),
+                    c->rank());
+    }
+    CommConfig cc = c->config();
+    cc.commName = cc.commName.empty() ? std::string("grow") : cc.commName + "-grow";
+    s = validateConfig(config, &cc);
+    if (!s.ok()) return report(s.withContext("collCommGrow"), c->rank());
+    s = growExisting(*c, nranks, growId, cc, &grown);
+    if (!s.ok()) return report(s, c->rank());
+  }
+  *newcomm = registerComm(std::move(grown));
   return collSuccess;
 }
 

@@ -553,6 +553,21 @@ Status Comm::runNow(Work work) {
 
 Status Comm::runNowHere(Work work) { return queue_.runNow(std::move(work)); }
 
+size_t Comm::streamWorkOutstanding() const { return queue_.outstanding() + (lanes_ ? lanes_->outstanding() : 0); }
+
+void Comm::rememberGrowId(uint64_t nonce) {
+  std::lock_guard<std::mutex> lock(growIdsMu_);
+  growIds_.push_back(nonce);
+}
+
+bool Comm::takeGrowId(uint64_t nonce) {
+  std::lock_guard<std::mutex> lock(growIdsMu_);
+  auto it = std::find(growIds_.begin(), growIds_.end(), nonce);
+  if (it == growIds_.end()) return false;
+  growIds_.erase(it);
+  return true;
+}
+
 Status Comm::bindDevice(int device) {
   int expected = -1;
   if (cudaDevice_.compare_exchange_strong(expected, device) || expected == device) return okStatus();

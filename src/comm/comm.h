@@ -86,6 +86,9 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   // One call (collective or point-to-point): the blocking fast path, allocation-free while the
   // communicator has no progress thread.
   Status runNow(const CollArgs& args);
+  // Stream-ordered work (host or device streams) queued or running on this communicator or its
+  // lanes now: calls that need the communicator to themselves refuse to start beside it.
+  size_t streamWorkOutstanding() const;
 
   // Work on device buffers (device_calls.h): passes the stream gate on `stream` now, runs on the
   // progress thread (lane 0) when the stream reaches it. The first such call binds the
@@ -100,9 +103,15 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   BufferRegistry& registry() { return registry_; }
 
   const CommConfig& config() const { return config_; }
+  // The deadline of every wait: the config's timeoutMs, else COLL_TIMEOUT.
+  int64_t timeoutMs() const { return timeoutMs_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Numbers this communicator's collCommShrink calls: each shrink's bootstrap messages get their own tag.
   uint32_t nextShrinkSeq() { return shrinkSeq_.fetch_add(1, std::memory_order_relaxed); }
+  // The grow ids this communicator's rank 0 made (collCommGetUniqueId), by their nonce: collCommGrow
+  // takes only those, each once.
+  void rememberGrowId(uint64_t nonce);
+  bool takeGrowId(uint64_t nonce);
 
   // Stops every wait (peers may still be waiting for us: they will see the failure).
   void abort();
@@ -238,6 +247,8 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
     std::vector<P2pAlias> aliases;
   } p2p_;
   std::atomic<uint32_t> shrinkSeq_{0};
+  std::mutex growIdsMu_;
+  std::vector<uint64_t> growIds_;  // growIdsMu_
   // GPU side: made by the first call on device buffers; destroyed after the progress thread.
   std::mutex deviceMu_;
   std::unique_ptr<DeviceCalls> device_;

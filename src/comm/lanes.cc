@@ -251,6 +251,12 @@ Status Lanes::drain() {
   return first;
 }
 
+size_t Lanes::outstanding() const {
+  size_t n = 0;
+  for (int k = 1; k < count_; ++k) n += lanes_[static_cast<size_t>(k)]->queue.outstanding();
+  return n;
+}
+
 void Lanes::abort() {
   stop_.store(true);
   for (int k = 1; k < count_; ++k) lanes_[static_cast<size_t>(k)]->queue.abort();

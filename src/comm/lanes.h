@@ -54,6 +54,8 @@ class Lanes {
   Status runNow(int k, const CollArgs& args);
   // Every lane's queued work has completed (collCommFinalize): the first error, or success.
   Status drain();
+  // Work queued or running on the lanes now; any thread.
+  size_t outstanding() const;
 
   // Drops queued work (its streams get an error), stops a lane being made, aborts every child.
   void abort();

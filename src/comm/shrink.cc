@@ -63,10 +63,6 @@ std::string printable(std::string s) {
   return s;
 }
 
-int64_t timeoutOf(Comm& parent) {
-  return parent.config().timeoutMs > 0 ? parent.config().timeoutMs : defaultTimeoutMs();
-}
-
 Status joinNew(const collUniqueId& id, int newNranks, int newRank, const CommConfig& config,
                std::unique_ptr<Comm>* out) {
   return Comm::create(id, newNranks, newRank, config, out)
@@ -88,7 +84,7 @@ Status lead(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const 
   const int me = parent.rank(), n = parent.nranks();
   const uint32_t tag = shrinkTag(seq);
   const uint64_t digest = shrinkDigest(n, excluded);
-  const int64_t timeoutMs = timeoutOf(parent);
+  const int64_t timeoutMs = parent.timeoutMs();
   const int64_t gatherMs = kGatherTimeouts * timeoutMs;
   Deadline gather = Deadline::afterMs(gatherMs);
   Status problem;
@@ -180,7 +176,7 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
   Bootstrap& bs = parent.bootstrap();
   const int me = parent.rank(), n = parent.nranks(), leader = survivors[0];
   const uint32_t tag = shrinkTag(seq);
-  const int64_t timeoutMs = timeoutOf(parent);
+  const int64_t timeoutMs = parent.timeoutMs();
   ShrinkRequest req;
   req.seq = seq;
   req.parentNranks = static_cast<uint32_t>(n);

@@ -18,6 +18,7 @@ Status WorkQueue::enqueue(CommWork work) {
     threaded_.store(true, std::memory_order_release);
   }
   queue_.push_back(std::move(work));
+  outstanding_.fetch_add(1, std::memory_order_acq_rel);
   queueCv_.notify_one();
   return okStatus();
 }
@@ -54,6 +55,7 @@ Status WorkQueue::runNow(CommWork work) {
 void WorkQueue::abort() {
   std::lock_guard<std::mutex> lock(queueMu_);
   const Status aborted(collRemoteError, "the communicator was aborted");
+  outstanding_.fetch_sub(queue_.size(), std::memory_order_acq_rel);
   for (CommWork& w : queue_) {
     if (w.stream) w.stream->complete(w.ticket, aborted);
     if (w.finish) w.finish(aborted);
@@ -75,6 +77,8 @@ void WorkQueue::progressLoop() {
     if (work.stream) status = work.stream->waitTurn(work.ticket, Deadline::afterMs(timeoutMs_));
     if (status.ok()) status = execute_(work);
     if (!status.ok()) COLL_WARN(rank_, "stream-ordered work%s failed: %s", label_.c_str(), status.message().c_str());
+    // Before the completion: a caller that saw its stream finish finds nothing outstanding.
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     if (work.stream) work.stream->complete(work.ticket, status);
     if (work.finish) work.finish(status);
   }

@@ -74,6 +74,8 @@ class WorkQueue {
   void abort();
   // Runs what is queued, then joins the progress thread.
   void stop();
+  // Work queued or running now (enqueue'd, not yet completed or dropped); any thread.
+  size_t outstanding() const { return outstanding_.load(std::memory_order_acquire); }
 
  private:
   void progressLoop();
@@ -91,6 +93,7 @@ class WorkQueue {
   bool stopping_ = false;
   std::thread progressThread_;
   std::atomic<bool> threaded_{false};  // progressThread_ started (read without the lock)
+  std::atomic<size_t> outstanding_{0};
 };
 
 }  // namespace coll

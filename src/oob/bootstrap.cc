@@ -743,6 +743,7 @@ Status encodeUniqueId(const UniqueIdContents& c, collUniqueId* out) {
   }
   memcpy(p + 32, c.secret.data(), c.secret.size());
   put64(p + 48, c.commNonce);
+  put32(p + 56, c.growFrom);
   return okStatus();
 }
 
@@ -767,6 +768,10 @@ Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out) {
   c.authenticated = p[6] == 1;
   memcpy(c.secret.data(), p + 32, c.secret.size());
   c.commNonce = get64(p + 48);
+  c.growFrom = get32(p + 56);
+  if (c.growFrom > static_cast<uint32_t>(kBootstrapMaxRanks)) {
+    return makeError(collInvalidArgument, "unique id: corrupt grow size %u", c.growFrom);
+  }
   *out = c;
   return okStatus();
 }
@@ -837,8 +842,12 @@ Status parseRankTable(const uint8_t* p, size_t size, int nranks, std::vector<Pee
 
 // ---- root -------------------------------------------------------------------------------------
 
-Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, uint64_t commNonce,
-                          collUniqueId* id) {
+namespace {
+
+// A root listener serving one rendezvous until lifetimeMs have passed; its id carries `contents`
+// with the published address.
+Status startRoot(const SocketAddress& bindAddress, const Secret* secret, UniqueIdContents contents, int64_t lifetimeMs,
+                 collUniqueId* id) {
   SocketAddress bind = bindAddress;
   if (bind.length == 0) {
     NetInterface ni;
@@ -857,25 +866,48 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
     st->published.setPort(bound.port());
   }
   if (secret) st->secret = *secret;
-  st->commNonce = commNonce;
-  UniqueIdContents c;
-  c.root = st->published;
-  if (secret) c.secret = *secret;
-  c.authenticated = secret != nullptr;
-  c.commNonce = commNonce;
-  COLL_TRY(encodeUniqueId(c, id));
-  Deadline deadline = Deadline::afterMs(defaultTimeoutMs());
-  COLL_INFO(-1, "bootstrap root listening on %s (%s)", st->published.toString().c_str(),
-            secret ? "authenticated" : "unauthenticated");
+  st->commNonce = contents.commNonce;
+  contents.root = st->published;
+  if (secret) contents.secret = *secret;
+  contents.authenticated = secret != nullptr;
+  COLL_TRY(encodeUniqueId(contents, id));
+  Deadline deadline = Deadline::afterMs(lifetimeMs);
+  COLL_INFO(-1, "bootstrap root listening on %s (%s%s)", st->published.toString().c_str(),
+            secret ? "authenticated" : "unauthenticated", contents.growFrom ? ", grow" : "");
   std::thread(serveRoot, std::move(st), deadline).detach();
   return okStatus();
 }
 
+Status randomNonce(uint64_t* out) {
+  Secret bytes;
+  COLL_TRY(randomSecret(&bytes));
+  *out = get64(bytes.data());
+  return okStatus();
+}
+
+}  // namespace
+
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, uint64_t commNonce,
+                          collUniqueId* id) {
+  UniqueIdContents c;
+  c.commNonce = commNonce;
+  return startRoot(bindAddress, secret, c, defaultTimeoutMs(), id);
+}
+
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, collUniqueId* id) {
-  Secret nonceBytes;
-  COLL_TRY(randomSecret(&nonceBytes));
-  uint64_t nonce = get64(nonceBytes.data());
+  uint64_t nonce = 0;
+  COLL_TRY(randomNonce(&nonce));
   return startBootstrapRoot(bindAddress, secret, nonce, id);
+}
+
+Status startGrowRoot(const SocketAddress& bindAddress, const Secret& secret, uint32_t growFrom, int64_t lifetimeMs,
+                     collUniqueId* id, uint64_t* nonce) {
+  UniqueIdContents c;
+  c.growFrom = growFrom;
+  COLL_TRY(randomNonce(&c.commNonce));
+  COLL_TRY(startRoot(bindAddress, &secret, c, lifetimeMs, id));
+  *nonce = c.commNonce;
+  return okStatus();
 }
 
 // ---- Bootstrap::create ------------------------------------------------------------------------

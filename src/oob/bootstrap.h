@@ -27,6 +27,7 @@ struct UniqueIdContents {
   Secret secret{};
   bool authenticated = true;  // false: no secret (environment bootstrap without one)
   uint64_t commNonce = 0;     // distinguishes communicators that share a root address
+  uint32_t growFrom = 0;      // a grow id (collCommGetUniqueId): the size of the communicator that grows; 0: not one
 };
 Status encodeUniqueId(const UniqueIdContents& contents, collUniqueId* out);
 Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out);
@@ -38,6 +39,10 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
 // An empty bindAddress (length 0) means the selected interface, port 0. A wildcard bindAddress
 // listens everywhere and publishes the selected interface's address in the id.
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, uint64_t commNonce, collUniqueId* id);
+// The rendezvous of collCommGrow: an authenticated root whose id says it grows a growFrom-rank
+// communicator; it serves until lifetimeMs have passed. *nonce: the id's commNonce.
+Status startGrowRoot(const SocketAddress& bindAddress, const Secret& secret, uint32_t growFrom, int64_t lifetimeMs,
+                     collUniqueId* id, uint64_t* nonce);
 
 // Largest bootstrap message (recv's maxSize is also applied) and largest communicator.
 constexpr size_t kBootstrapMaxMessage = 16u << 20;
