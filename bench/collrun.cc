@@ -1,5 +1,6 @@
 // collrun: the local launcher. Starts N ranks (optionally spread over network namespaces) with the
-// COLL_* rendezvous environment, prefixes their output with "[rank] ", and fails fast as a job.
+// COLL_* rendezvous environment, prefixes their output with "[rank] ", and fails fast as a job, or,
+// with --respawn, replaces ranks that die so that an elastic program can take them back.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -48,7 +51,8 @@ double nowSeconds() {
 
 void usage(FILE* out) {
   fprintf(out,
-          "usage: collrun -np N [--netns NS1,NS2,...] [--rendezvous ADDR] [--timeout SEC] PROGRAM [ARGS...]\n"
+          "usage: collrun -np N [--netns NS1,NS2,...] [--rendezvous ADDR] [--timeout SEC] [--respawn N]\n"
+          "               PROGRAM [ARGS...]\n"
           "  -np N             number of ranks to start on this machine\n"
           "  --netns LIST      network namespaces (/var/run/netns/NAME, needs root): ranks are placed in\n"
           "                    consecutive blocks, first blocks larger; a list of exactly N names places\n"
@@ -56,8 +60,15 @@ void usage(FILE* out) {
           "  --rendezvous ADDR address for COLL_COMM_ID (default 127.0.0.1, or an address of rank 0's\n"
           "                    namespace: IPv4 preferred, else global IPv6)\n"
           "  --timeout SEC     kill the job after SEC seconds (exit code 124)\n"
-          "Each rank gets COLL_RANK, COLL_WORLD_SIZE, COLL_LOCAL_RANK, COLL_COMM_ID=ADDR:PORT and\n"
-          "COLL_COMM_SECRET_FILE (a 0600 file with a per-job random secret, removed at exit).\n");
+          "  --respawn N       elastic mode: when a rank dies (nonzero exit or signal), start a replacement\n"
+          "                    in its slot instead of stopping the job, up to N replacements in all; a\n"
+          "                    death after that stops the job. The job succeeds when the last process of\n"
+          "                    every rank exits with 0 (default 0: the first death stops the job)\n"
+          "Each rank gets COLL_RANK, COLL_WORLD_SIZE, COLL_LOCAL_RANK, COLL_COMM_ID=ADDR:PORT,\n"
+          "COLL_COMM_SECRET_FILE (a 0600 file with a per-job random secret, removed at exit) and\n"
+          "COLL_JOB_DIR (a 0700 directory private to the job, for files the ranks share; removed with\n"
+          "its contents at exit). A replacement gets the environment of the process it replaces plus\n"
+          "COLL_RESTART_COUNT=K: it is the job's K-th replacement (first processes have no such variable).\n");
 }
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -249,18 +260,128 @@ bool writeSecretFile(std::string* path, std::string* error) {
   return true;
 }
 
+// The job's private directory for files its ranks share (a grow id, for one, which holds the job's
+// secret: hence mkdtemp's 0700).
+bool makeJobDir(std::string* path, std::string* error) {
+  const char* tmp = getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/collrun-job-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (mkdtemp(name.data()) == nullptr) {
+    *error = "mkdtemp(" + tmpl + "): " + strerror(errno);
+    return false;
+  }
+  *path = name.data();
+  return true;
+}
+
+// The files collrun made for the job, removed on every way out of main (a failed start, a failed
+// rank, the timeout, a signal), since the ranks may have left secrets in them.
+struct JobFiles {
+  std::string secretPath;
+  std::string jobDir;
+  ~JobFiles() {
+    if (!secretPath.empty()) unlink(secretPath.c_str());
+    if (!jobDir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(jobDir, ignored);
+    }
+  }
+};
+
+// What every rank process of the job is started with.
+struct JobSpec {
+  char** argv = nullptr;  // PROGRAM ARGS..., NULL-terminated
+  int np = 0;
+  std::vector<std::string> rankNs;  // per rank: network namespace ("" = the launcher's own)
+  std::vector<int> localRank;
+  std::string commId;
+  std::string secretPath;
+  std::string jobDir;
+};
+
 struct Stream {
   int fd = -1;
   FILE* out = nullptr;
   std::string pending;
 };
 
-struct Rank {
+// One rank process: the first of its rank, or a replacement. A replaced process keeps its entry
+// until its pipes are drained, so its last lines are not lost.
+struct Proc {
+  int rank = -1;
   pid_t pid = -1;
   bool running = false;
-  int status = 0;
   Stream streams[2];
 };
+
+// Forks and executes the process of `rank`. restartCount 0 starts an original process; k > 0 the
+// job's k-th replacement, which gets COLL_RESTART_COUNT=k on top of the same environment.
+bool startRank(const JobSpec& job, int rank, int restartCount, Proc* proc, std::string* error) {
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  auto closePipes = [&]() {
+    for (auto& p : pipes)
+      for (int& fd : p)
+        if (fd >= 0) close(fd), fd = -1;
+  };
+  for (auto& p : pipes) {
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      *error = std::string("pipe: ") + strerror(errno);
+      closePipes();
+      return false;
+    }
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    *error = std::string("fork: ") + strerror(errno);
+    closePipes();
+    return false;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &dfl, nullptr);
+    dup2(pipes[0][1], STDOUT_FILENO);
+    dup2(pipes[1][1], STDERR_FILENO);
+    if (rank != 0) {
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    }
+    if (!job.rankNs[rank].empty()) {
+      std::string err;
+      if (!enterNamespace(job.rankNs[rank], &err)) {
+        fprintf(stderr, "collrun: rank %d: %s\n", rank, err.c_str());
+        _exit(127);
+      }
+    }
+    setenv("COLL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("COLL_WORLD_SIZE", std::to_string(job.np).c_str(), 1);
+    setenv("COLL_LOCAL_RANK", std::to_string(job.localRank[rank]).c_str(), 1);
+    setenv("COLL_COMM_ID", job.commId.c_str(), 1);
+    setenv("COLL_COMM_SECRET_FILE", job.secretPath.c_str(), 1);
+    setenv("COLL_JOB_DIR", job.jobDir.c_str(), 1);
+    // Set by us only: an original process must not look like a replacement because collrun
+    // itself runs under an elastic launcher.
+    if (restartCount > 0) {
+      setenv("COLL_RESTART_COUNT", std::to_string(restartCount).c_str(), 1);
+    } else {
+      unsetenv("COLL_RESTART_COUNT");
+    }
+    execvp(job.argv[0], job.argv);
+    fprintf(stderr, "collrun: cannot run %s: %s\n", job.argv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so a signal sent right after fork reaches the group
+  close(pipes[0][1]);
+  close(pipes[1][1]);
+  proc->rank = rank;
+  proc->pid = pid;
+  proc->running = true;
+  proc->streams[0] = Stream{pipes[0][0], stdout, {}};
+  proc->streams[1] = Stream{pipes[1][0], stderr, {}};
+  return true;
+}
 
 void emitLines(int rank, Stream& s, bool flushAll) {
   size_t start = 0;
@@ -290,9 +411,9 @@ std::string describeStatus(int status) {
   return buf;
 }
 
-void signalAll(std::vector<Rank>& ranks, int sig) {
-  for (auto& r : ranks) {
-    if (r.running) kill(-r.pid, sig);  // the rank's process group: its helpers too
+void signalAll(std::vector<Proc>& procs, int sig) {
+  for (auto& p : procs) {
+    if (p.running) kill(-p.pid, sig);  // the rank's process group: its helpers too
   }
 }
 
@@ -300,6 +421,7 @@ void signalAll(std::vector<Rank>& ranks, int sig) {
 
 int main(int argc, char** argv) {
   int np = 0;
+  int respawnLimit = 0;
   double timeout = 0;
   std::string netnsList, forcedAddr;
   int argi = 1;
@@ -320,6 +442,15 @@ int main(int argc, char** argv) {
       forcedAddr = value("--rendezvous");
     } else if (a == "--timeout") {
       timeout = atof(value("--timeout").c_str());
+    } else if (a == "--respawn") {
+      std::string v = value("--respawn");
+      char* end = nullptr;
+      long n = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || n > 1000000) {
+        fprintf(stderr, "collrun: --respawn needs a count >= 0, not '%s'\n", v.c_str());
+        return 2;
+      }
+      respawnLimit = static_cast<int>(n);
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -343,9 +474,12 @@ int main(int argc, char** argv) {
     forcedAddr = forcedAddr.substr(1, forcedAddr.size() - 2);
   }
 
+  JobSpec job;
+  job.argv = argv + argi;
+  job.np = np;
   // Placement: one namespace name per rank ("" = the launcher's own).
-  std::vector<std::string> rankNs(np);
-  std::vector<int> localRank(np);
+  job.rankNs.assign(np, "");
+  job.localRank.assign(np, 0);
   if (!netnsList.empty()) {
     std::vector<std::string> names = splitList(netnsList);
     if (names.empty()) {
@@ -353,38 +487,40 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (static_cast<int>(names.size()) == np) {
-      rankNs = names;
+      job.rankNs = names;
     } else {
       int k = static_cast<int>(names.size());
       int base = np / k, extra = np % k, r = 0;
       for (int b = 0; b < k; ++b) {
         int size = base + (b < extra ? 1 : 0);
-        for (int i = 0; i < size; ++i) rankNs[r++] = names[b];
+        for (int i = 0; i < size; ++i) job.rankNs[r++] = names[b];
       }
     }
   }
   for (int r = 0; r < np; ++r) {
     int local = 0;
-    for (int q = 0; q < r; ++q) local += rankNs[q] == rankNs[r];
-    localRank[r] = local;
+    for (int q = 0; q < r; ++q) local += job.rankNs[q] == job.rankNs[r];
+    job.localRank[r] = local;
   }
 
-  std::string error, addr, secretPath;
+  std::string error, addr;
   int port = 0;
-  if (!findRendezvous(rankNs[0], forcedAddr, &addr, &port, &error)) {
+  if (!findRendezvous(job.rankNs[0], forcedAddr, &addr, &port, &error)) {
     fprintf(stderr, "collrun: cannot choose a rendezvous address: %s\n", error.c_str());
     return 2;
   }
-  std::string commId = addr.find(':') != std::string::npos ? "[" + addr + "]:" + std::to_string(port)
-                                                           : addr + ":" + std::to_string(port);
-  if (!writeSecretFile(&secretPath, &error)) {
+  job.commId = addr.find(':') != std::string::npos ? "[" + addr + "]:" + std::to_string(port)
+                                                   : addr + ":" + std::to_string(port);
+  JobFiles files;
+  if (!writeSecretFile(&files.secretPath, &error) || !makeJobDir(&files.jobDir, &error)) {
     fprintf(stderr, "collrun: %s\n", error.c_str());
     return 2;
   }
+  job.secretPath = files.secretPath;
+  job.jobDir = files.jobDir;
 
   if (pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     fprintf(stderr, "collrun: pipe: %s\n", strerror(errno));
-    unlink(secretPath.c_str());
     return 2;
   }
   struct sigaction sa {};
@@ -397,69 +533,27 @@ int main(int argc, char** argv) {
   sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::vector<Rank> ranks(np);
+  // Indices into procs, not references: starting a replacement appends to it.
+  std::vector<Proc> procs;
   for (int r = 0; r < np; ++r) {
-    int pipes[2][2];
-    for (auto& p : pipes) {
-      if (pipe2(p, O_CLOEXEC) != 0) {
-        fprintf(stderr, "collrun: pipe: %s\n", strerror(errno));
-        signalAll(ranks, SIGKILL);
-        unlink(secretPath.c_str());
-        return 2;
-      }
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-      fprintf(stderr, "collrun: fork: %s\n", strerror(errno));
-      signalAll(ranks, SIGKILL);
-      unlink(secretPath.c_str());
+    procs.emplace_back();
+    if (!startRank(job, r, 0, &procs.back(), &error)) {
+      fprintf(stderr, "collrun: rank %d: %s\n", r, error.c_str());
+      signalAll(procs, SIGKILL);
       return 2;
     }
-    if (pid == 0) {
-      setpgid(0, 0);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &dfl, nullptr);
-      dup2(pipes[0][1], STDOUT_FILENO);
-      dup2(pipes[1][1], STDERR_FILENO);
-      if (r != 0) {
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-      }
-      if (!rankNs[r].empty()) {
-        std::string err;
-        if (!enterNamespace(rankNs[r], &err)) {
-          fprintf(stderr, "collrun: rank %d: %s\n", r, err.c_str());
-          _exit(127);
-        }
-      }
-      setenv("COLL_RANK", std::to_string(r).c_str(), 1);
-      setenv("COLL_WORLD_SIZE", std::to_string(np).c_str(), 1);
-      setenv("COLL_LOCAL_RANK", std::to_string(localRank[r]).c_str(), 1);
-      setenv("COLL_COMM_ID", commId.c_str(), 1);
-      setenv("COLL_COMM_SECRET_FILE", secretPath.c_str(), 1);
-      execvp(argv[argi], argv + argi);
-      fprintf(stderr, "collrun: cannot run %s: %s\n", argv[argi], strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);  // also here, so a signal sent right after fork reaches the group
-    close(pipes[0][1]);
-    close(pipes[1][1]);
-    ranks[r].pid = pid;
-    ranks[r].running = true;
-    ranks[r].streams[0] = Stream{pipes[0][0], stdout, {}};
-    ranks[r].streams[1] = Stream{pipes[1][0], stderr, {}};
   }
 
   const double start = nowSeconds();
   double killAt = 0;  // when set: the moment SIGTERM'd ranks get SIGKILL
   int exitCode = 0;
   bool failed = false;
+  int respawned = 0;
   auto beginKill = [&](int code) {
     if (failed) return;
     failed = true;
     exitCode = code;
-    signalAll(ranks, SIGTERM);
+    signalAll(procs, SIGTERM);
     killAt = nowSeconds() + kKillGraceSeconds;
   };
 
@@ -467,14 +561,14 @@ int main(int argc, char** argv) {
   double drainUntil = 0;  // after the last rank exits, wait briefly for helpers holding a pipe
   for (;;) {
     std::vector<pollfd> fds;
-    std::vector<std::pair<int, int>> owners;
+    std::vector<std::pair<size_t, int>> owners;  // (index into procs, stream)
     fds.push_back({gSignalPipe[0], POLLIN, 0});
-    owners.push_back({-1, -1});
-    for (int r = 0; r < np; ++r) {
+    owners.push_back({0, -1});
+    for (size_t p = 0; p < procs.size(); ++p) {
       for (int s = 0; s < 2; ++s) {
-        if (ranks[r].streams[s].fd >= 0) {
-          fds.push_back({ranks[r].streams[s].fd, POLLIN, 0});
-          owners.push_back({r, s});
+        if (procs[p].streams[s].fd >= 0) {
+          fds.push_back({procs[p].streams[s].fd, POLLIN, 0});
+          owners.push_back({p, s});
         }
       }
     }
@@ -488,15 +582,15 @@ int main(int argc, char** argv) {
 
     for (size_t i = 1; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto [r, s] = owners[i];
-      Stream& st = ranks[r].streams[s];
+      auto [p, s] = owners[i];
+      Stream& st = procs[p].streams[s];
       char buf[65536];
       ssize_t n = read(st.fd, buf, sizeof(buf));
       if (n > 0) {
         st.pending.append(buf, n);
-        emitLines(r, st, false);
+        emitLines(procs[p].rank, st, false);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        emitLines(r, st, true);
+        emitLines(procs[p].rank, st, true);
         close(st.fd);
         st.fd = -1;
       }
@@ -510,8 +604,7 @@ int main(int argc, char** argv) {
           fprintf(stderr, "collrun: received signal %d (%s); stopping all ranks\n", sigs[i], strsignal(sigs[i]));
           if (!failed) {
             // Forward the signal itself first: the ranks may want to shut down cleanly.
-            for (auto& r : ranks)
-              if (r.running) kill(-r.pid, sigs[i]);
+            signalAll(procs, sigs[i]);
             failed = true;
             exitCode = 128 + sigs[i];
             killAt = nowSeconds() + kKillGraceSeconds;
@@ -520,21 +613,37 @@ int main(int argc, char** argv) {
       }
     }
 
-    for (int r = 0; r < np; ++r) {
-      if (!ranks[r].running) continue;
+    // By index and up to the current size: a replacement started here is appended and checked
+    // in the next round.
+    for (size_t p = 0, n = procs.size(); p < n; ++p) {
+      if (!procs[p].running) continue;
       int status = 0;
-      pid_t got = waitpid(ranks[r].pid, &status, WNOHANG);
-      if (got != ranks[r].pid) continue;
-      ranks[r].running = false;
-      ranks[r].status = status;
+      pid_t got = waitpid(procs[p].pid, &status, WNOHANG);
+      if (got != procs[p].pid) continue;
+      procs[p].running = false;
       --runningCount;
+      const int rank = procs[p].rank;
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && !failed) {
-        fprintf(stderr, "collrun: rank %d (pid %d) %s; terminating the other ranks\n", r, ranks[r].pid,
-                describeStatus(status).c_str());
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        beginKill(code == 0 ? 1 : code);
+      if (ok || failed) continue;
+      if (respawned < respawnLimit) {
+        ++respawned;
+        fprintf(stderr, "collrun: rank %d (pid %d) %s; starting replacement %d of %d\n", rank, procs[p].pid,
+                describeStatus(status).c_str(), respawned, respawnLimit);
+        procs.emplace_back();
+        if (startRank(job, rank, respawned, &procs.back(), &error)) {
+          ++runningCount;
+          continue;
+        }
+        procs.pop_back();
+        fprintf(stderr, "collrun: cannot start a replacement for rank %d: %s; terminating the other ranks\n", rank,
+                error.c_str());
+        beginKill(2);
+        continue;
       }
+      fprintf(stderr, "collrun: rank %d (pid %d) %s; %sterminating the other ranks\n", rank, procs[p].pid,
+              describeStatus(status).c_str(), respawnLimit > 0 ? "no replacements left; " : "");
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      beginKill(code == 0 ? 1 : code);
     }
 
     double now = nowSeconds();
@@ -543,19 +652,18 @@ int main(int argc, char** argv) {
       beginKill(kTimeoutExit);
     }
     if (failed && killAt > 0 && now > killAt && runningCount > 0) {
-      signalAll(ranks, SIGKILL);
+      signalAll(procs, SIGKILL);
       killAt = 0;
     }
   }
 
-  for (auto& r : ranks) {
-    for (auto& s : r.streams) {
+  for (auto& p : procs) {
+    for (auto& s : p.streams) {
       if (s.fd >= 0) {
-        emitLines(static_cast<int>(&r - ranks.data()), s, true);
+        emitLines(p.rank, s, true);
         close(s.fd);
       }
     }
   }
-  unlink(secretPath.c_str());
   return exitCode;
 }

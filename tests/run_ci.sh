@@ -30,16 +30,16 @@ asan_exclude=(
 # threads (over shm and tcp), abort and failure propagation, shrink, collective checks, listeners
 # under attack, the UCX transport (its worker handed between a call and the net's idle progress);
 # device buffers (the stream gate, staging, IPC) and the CUDA double's stream threads; tracing and
-# profiler callbacks (trace files shared by thread ranks);
+# profiler callbacks (trace files shared by thread ranks); grow (old ranks and newcomers as threads);
 # in real processes: a killed rank (also before its second stream lane exists), a stalled rank and
 # abort, shrink and restart.
 tsan_units=(test_api_streams test_api test_bootstrap test_env_bootstrap test_shm test_tcp test_socket
-  test_failure test_shrink test_coll_check test_wire_security test_stream_lanes test_ucx
+  test_failure test_shrink test_grow test_coll_check test_wire_security test_stream_lanes test_ucx
   test_gpu_calls test_cuda_double test_trace)
 tsan_tests='^fault\.((kill_rank\.np3|stall_rank\.np4|stall_abort\.np4|shrink_restart\.np6)\.(shm|tcp)|kill_rank\.np3\.shm\.before_second_lane)$'
 tsan_targets=(collrun fault_kill_rank fault_stall fault_shrink_restart)
 # The tsan build holds only those executables: every other ci test there has no program.
-tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install|topo|tools)\.|_NOT_BUILT$'
+tsan_unbuilt='^(mp|fault|nccl_net|fuzz|docs|install|topo|tools|examples)\.|_NOT_BUILT$'
 
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then phases=(deps build asan-ubsan tsan); fi

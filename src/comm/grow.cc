@@ -7,6 +7,7 @@
 
 #include "src/base/byte_order.h"
 #include "src/base/log.h"
+#include "src/comm/comm.h"
 #include "src/oob/auth.h"
 #include "src/oob/bootstrap.h"
 #include "src/schedule/coll_args.h"

@@ -12,9 +12,11 @@
 
 #include "collective/collective.h"
 #include "src/base/status.h"
-#include "src/comm/comm.h"
 
 namespace coll {
+
+class Comm;
+struct CommConfig;
 
 // How long a grow id stays valid, in timeouts of the communicator that made it: newcomers start
 // after the id exists (a replacement process launched, its libraries loaded) and must be in time.

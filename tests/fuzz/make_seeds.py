@@ -111,6 +111,13 @@ write("shrink", "req_unsorted", shrink_seed(0, 8, shrink_req(0, 8, 2, 0x1234, [5
 write("shrink", "ans_ok", shrink_seed(1, 8, shrink_ans(0, 0, 6)))
 write("shrink", "ans_error", shrink_seed(1, 8, shrink_ans(1, 5, 0, b"rank 1 passed different excludeRanks")))
 write("shrink", "ans_truncated", shrink_seed(1, 8, shrink_ans(0, 0, 6)[:40]))
+# collCommGrow's announcement (selector 2): magic, code, nranks, the 128-byte id, text length, 256 text bytes.
+def grow_ann(code, n, text=b""):
+    return struct.pack("<III", 0x57524743, code, n) + bytes(range(128)) + struct.pack("<I", len(text)) + \
+        text + b"\0" * (256 - len(text))
+write("shrink", "grow_ok", shrink_seed(2, 8, grow_ann(0, 6)))
+write("shrink", "grow_refused", shrink_seed(2, 8, grow_ann(4, 6, b"rank 0's growId was not made here")))
+write("shrink", "grow_long_text", shrink_seed(2, 8, grow_ann(4, 6, b"x" * 256)[:-1] + b"!"))
 
 # ucx, even first byte (peer rank = byte >> 1): Hello {magic, version, rank, addressLength, ring,
 # message} + worker address; odd: [1][DataHeader][length][ring log2][consumed][in flight][recvSeq]
