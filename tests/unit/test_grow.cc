@@ -16,6 +16,7 @@
 
 #include "collective/collective.h"
 #include "src/comm/grow.h"
+#include "tests/unit/comm_threads.h"
 
 namespace coll {
 namespace {
@@ -55,30 +56,26 @@ struct GrowRun {
   std::function<void(int, const collUniqueId&)> newBody;
 
   void run() {
-    collUniqueId id;
-    ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
     std::promise<collUniqueId> grow;
     std::shared_future<collUniqueId> growFuture = grow.get_future().share();
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        collConfig_t cfg = timeoutConfig(timeoutMs);
-        collComm_t comm = nullptr;
-        ASSERT_EQ(collCommInitRankConfig(&comm, n, id, r, &cfg), collSuccess) << collGetLastError(nullptr);
-        collUniqueId growId;
-        memset(&growId, 0, sizeof(growId));
-        if (r == 0 && makeId) {
-          EXPECT_EQ(collCommGetUniqueId(comm, &growId), collSuccess) << collGetLastError(comm);
-          grow.set_value(growId);
-        }
-        oldBody(r, comm, growId);
-        EXPECT_EQ(collCommDestroy(comm), collSuccess) << "rank " << r;
-      });
-    }
+    std::vector<std::thread> newcomerThreads;
     for (int k = 0; k < newcomers; ++k) {
-      threads.emplace_back([&, k] { newBody(k, growFuture.get()); });
+      newcomerThreads.emplace_back([&, k] { newBody(k, growFuture.get()); });
     }
-    for (auto& t : threads) t.join();
+    const collConfig_t cfg = timeoutConfig(timeoutMs);
+    testutil::withComms(
+        n,
+        [&](int r, collComm_t comm) {
+          collUniqueId growId;
+          memset(&growId, 0, sizeof(growId));
+          if (r == 0 && makeId) {
+            EXPECT_EQ(collCommGetUniqueId(comm, &growId), collSuccess) << collGetLastError(comm);
+            grow.set_value(growId);
+          }
+          oldBody(r, comm, growId);
+        },
+        &cfg);
+    for (auto& t : newcomerThreads) t.join();
   }
 };
 
