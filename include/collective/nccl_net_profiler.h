@@ -1,8 +1,10 @@
 /* The events libnccl-net-collective reports through NCCL's profiler callback (net plugin ABI v10
  * and later): each isend and irecv that NCCL gives a profiler handle starts an event when it is
- * posted and stops it when test() finds it done. NCCL hands pluginId and extData to the profiler
- * plugin (ncclProfileNetPlugin events), which tells our events by the type bits of pluginId and
- * reads extData as the descriptor below. */
+ * posted and ends it when test() finds it done, with an update that says how many bytes the
+ * message moved (ncclProfilerNetEventUpdateAndStop). NCCL hands pluginId and extData to the profiler
+ * plugin (ncclProfileNetPlugin events, and recordEventState's netPlugin.data for the update), which
+ * tells our events by the type bits of pluginId and reads extData as the descriptor below (start)
+ * or the state below (update). */
 #ifndef COLLECTIVE_NCCL_NET_PROFILER_H_
 #define COLLECTIVE_NCCL_NET_PROFILER_H_
 
@@ -22,5 +24,9 @@ typedef struct {
   int tag;       /* NCCL's tag */
   size_t length; /* a send's bytes; a receive's buffer size */
 } collProfilerNetDescr_v1_t;
+
+typedef struct {
+  size_t bytes; /* what the message moved: a send's bytes, a receive's actual size (at most its buffer) */
+} collProfilerNetState_v1_t;
 
 #endif /* COLLECTIVE_NCCL_NET_PROFILER_H_ */

@@ -623,11 +623,16 @@ Status Comm::executeOnDevice(const Work& work) {
       // COLL_CHECK compares the user's call once, whichever path (IPC or staging) runs it.
       Status s = checkCalls_ ? checkSameCall(args) : okStatus();
       bool onIpc = false;
+      const bool traced = tracer_.observer() != nullptr;
+      const int64_t startNs = traced ? nowNs() : 0;
       if (s.ok()) {
         s = d.runCollective(
             args, rank(), nranks(), topo_.singleHost(), callDeadline(), stop,
             [&](const CollArgs& h) { return collective(h, deviceScalar != nullptr ? &scalar : nullptr); }, &onIpc);
       }
+      // A staged call was traced as the host collective it ran; one over CUDA IPC ran no schedule.
+      if (traced && onIpc)
+        tracer_.directCall(collKindName(args.kind), "cuda-ipc", seq_, args.count, args.dtype, startNs, s);
       if (s.ok() && onIpc && args.compress.blockSize != 0) {
         // Staged calls count in compressedAllReduce; the IPC path's bytes never touch a link.
         stats_.compressedCalls++;

@@ -191,6 +191,20 @@ void CommTracer::beginCall(const char* what, const Schedule& schedule, uint64_t 
        nullptr);
 }
 
+void CommTracer::directCall(const char* what, const char* algorithm, uint64_t seq, uint64_t count, collDataType_t dtype,
+                            int64_t startNs, const Status& status) {
+  what_ = what;
+  algorithm_ = algorithm;
+  seq_ = seq;
+  count_ = count;
+  dtype_ = dtype;
+  elemBytes_ = dataTypeSize(dtype);
+  callStartNs_ = startNs;
+  emit(collProfileColl, collProfileStart, what_, -1, -1, count_, count_ * elemBytes_, callStartNs_, collSuccess,
+       nullptr);
+  endCall(status);
+}
+
 void CommTracer::endCall(const Status& status) {
   const int64_t end = nowNs();
   if (!status.ok()) {

@@ -52,6 +52,11 @@ class CommTracer final : public ExecObserver {
   // `count` elements of `dtype` (the call's); the steps count in the schedule's type.
   void beginCall(const char* what, const Schedule& schedule, uint64_t seq, uint64_t count, collDataType_t dtype);
   void endCall(const Status& status);
+  // A call that ran outside the executor, from startNs until now: device buffers over CUDA IPC
+  // (copies and kernels on the GPU; the host barriers it takes are traced as calls of their own,
+  // inside this one). Only when observer() gave this.
+  void directCall(const char* what, const char* algorithm, uint64_t seq, uint64_t count, collDataType_t dtype,
+                  int64_t startNs, const Status& status);
 
   void stepStarted(int32_t step, const Step& s) override;
   void stepDone(int32_t step, const Step& s) override;

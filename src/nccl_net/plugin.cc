@@ -547,7 +547,10 @@ ncclResult_t pluginTest(void* request, int* done, int* sizes) {
   if (finished) {
     if (ncclProfilerCallback_t profiler = global().profiler.load(std::memory_order_acquire)) {
       for (int i = 0; i < n && i < kMaxRecvs; ++i) {
-        if (events[i] != nullptr) (void)profiler(&events[i], ncclProfilerNetEventStop, nullptr, 0, nullptr);
+        if (events[i] == nullptr) continue;
+        // Read by the profiler during the call only (recordEventState, then stopEvent).
+        collProfilerNetState_v1_t state{static_cast<size_t>(got[i])};
+        (void)profiler(&events[i], ncclProfilerNetEventUpdateAndStop, nullptr, 0, &state);
       }
     }
   }

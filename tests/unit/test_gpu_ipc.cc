@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -340,6 +341,50 @@ TEST(GpuIpc, OtherCallsStageBetweenIpcCalls) {
     EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
   });
   EXPECT_EQ(deviceIpcCollectives() - before, 3u * n) << "three of the four calls on the IPC path";
+}
+
+// Calls over CUDA IPC run no schedule, yet a profiler (and COLL_TRACE_FILE) sees each: one start
+// and one stop with the algorithm "cuda-ipc", around the host barriers the path takes.
+struct IpcProfile {
+  std::mutex mu;
+  std::vector<collProfileEvent_t> ipcCalls;
+  static void callback(const collProfileEvent_t* e, void* self) {
+    auto* p = static_cast<IpcProfile*>(self);
+    if (e->type != collProfileColl || std::string(e->algorithm) != "cuda-ipc") return;
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->ipcCalls.push_back(*e);
+  }
+};
+
+TEST(GpuIpc, IpcCallsAreProfiled) {
+  const int n = 2;
+  IpcProfile prof[n];
+  const uint64_t before = deviceIpcCollectives();
+  withComms(n, [&](int rank, collComm_t comm) {
+    ASSERT_EQ(collCommSetProfiler(comm, &IpcProfile::callback, &prof[rank]), collSuccess);
+    CUstream s = makeStream();
+    const size_t count = 3 * kChunk + 1;
+    std::vector<float> x(count, 1.0f);
+    DeviceBuffer a(count * 4);
+    a.upload(x.data(), count * 4);
+    ASSERT_EQ(collAllReduce(a.ptr, a.ptr, count, collFloat32, collSum, comm, s), collSuccess);
+    ASSERT_EQ(cuda().cuStreamSynchronize(s), 0);
+    ASSERT_EQ(collCommSetProfiler(comm, nullptr, nullptr), collSuccess);
+    EXPECT_EQ(cuda().cuStreamDestroy(s), 0);
+  });
+  ASSERT_EQ(deviceIpcCollectives() - before, static_cast<uint64_t>(n)) << "the call took the IPC path";
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(prof[r].ipcCalls.size(), 2u) << "rank " << r;
+    const collProfileEvent_t& start = prof[r].ipcCalls[0];
+    const collProfileEvent_t& stop = prof[r].ipcCalls[1];
+    EXPECT_EQ(start.phase, collProfileStart);
+    EXPECT_EQ(stop.phase, collProfileStop);
+    EXPECT_STREQ(start.name, "allreduce");
+    EXPECT_EQ(start.count, 3 * kChunk + 1);
+    EXPECT_EQ(start.bytes, (3 * kChunk + 1) * 4);
+    EXPECT_EQ(stop.result, collSuccess);
+    EXPECT_LE(start.timeNs, stop.timeNs);
+  }
 }
 
 // The scratch is freed when the communicator is destroyed, also by a thread with no CUDA context.
