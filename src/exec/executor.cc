@@ -587,7 +587,7 @@ void Execution::runQuantSlice(const Step& s, std::byte* dst, const std::byte* sr
 }
 
 Status Execution::poll(bool* done, bool* progressed) {
-  // Two instantiations, so that an unobserved call runs the code it ran before tracing existed.
+  // For callers that poll step by step (tests, the in-process world); runToCompletion chooses once.
   return observer_ != nullptr ? pollSteps<true>(done, progressed) : pollSteps<false>(done, progressed);
 }
 
@@ -865,7 +865,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
   } wait{kObserved ? execution.observer() : nullptr};
   for (;;) {
     bool done = false, progressed = false;
-    COLL_TRY(execution.poll(&done, &progressed));
+    COLL_TRY(execution.pollSteps<kObserved>(&done, &progressed));
     if (done) return okStatus();
     if (progressed) {
       idle = 0;
@@ -916,7 +916,7 @@ Status pollUntilDone(Execution& execution, Links& links, Deadline deadline, cons
         std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(leftUs, 1, policy.napUs)));
       } else if (!deadline.expired()) {
         uint64_t token = links.prepareWait();
-        COLL_TRY(execution.poll(&done, &progressed));
+        COLL_TRY(execution.pollSteps<kObserved>(&done, &progressed));
         if (done) return okStatus();
         if (progressed) {
           idle = 0;

@@ -65,6 +65,10 @@ class Execution {
 
   // Makes all the progress possible now without blocking.
   Status poll(bool* done, bool* progressed);
+  // The same, instantiated with and without an observer: runToCompletion picks one per call, so
+  // an unobserved call's polls run the code they ran before observers existed (no choice per poll).
+  template <bool kObserved>
+  Status pollSteps(bool* done, bool* progressed);
 
   // One line per unfinished step (kind, peer, progress, what it waits for), for timeout
   // messages and dumps.
@@ -96,9 +100,7 @@ class Execution {
   uint64_t available(int32_t step) const;
   uint64_t depAvailable(const Step& s, uint32_t dep) const;
   bool alignStream(int32_t step, Connection* c, bool sending, bool* moved);
-  // The step machinery, instantiated with and without an observer (poll picks one per call).
-  template <bool kObserved>
-  Status pollSteps(bool* done, bool* progressed);
+  // The step machinery, instantiated with and without an observer (see pollSteps).
   template <bool kObserved>
   bool progressSend(int32_t step);
   template <bool kObserved>
