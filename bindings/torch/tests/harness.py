@@ -33,8 +33,12 @@ def run_ranks(n, module, function, *args, timeout=120, env=None, expect_fail=())
     except ranks in expect_fail (their exit code is returned in place of a result). A run past
     ``timeout`` seconds is killed and fails."""
     port = free_port()
-    code = ("import sys; sys.path.insert(0, %r); import %s as m; m.%s(int(sys.argv[1]), int(sys.argv[2]), "
-            "*__import__('json').loads(sys.argv[3]))" % (TESTS_DIR, module, function))
+    # A rank still running shortly before the deadline prints every thread's Python stack and
+    # exits, so a hang says where it is instead of ending as a bare kill.
+    dump_after = max(timeout - 10, 5)
+    code = ("import faulthandler; faulthandler.dump_traceback_later(%d, exit=True); "
+            "import sys; sys.path.insert(0, %r); import %s as m; m.%s(int(sys.argv[1]), int(sys.argv[2]), "
+            "*__import__('json').loads(sys.argv[3]))" % (dump_after, TESTS_DIR, module, function))
     procs = []
     for rank in range(n):
         e = dict(os.environ)
