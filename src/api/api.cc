@@ -543,12 +543,12 @@ Status dispatch(Comm& comm, Comm::Work work, const std::shared_ptr<HostStream>& 
 // Runs one call now, or queues it inside a group.
 collResult_t submit(collComm_t handle, const CollArgs& args, collStream_t stream) {
   Comm* c = nullptr;
-  Status s = lookup(handle, &c);
-  if (!s.ok()) return report(s);
-  s = validateCall(*c, args);
+  if (Status s = lookup(handle, &c); !s.ok()) return report(s);
+  // Each check's Status is made in place, never assigned: the call path stays free of a string's
+  // move assignment (this is the 8-byte call's whole overhead budget).
+  if (Status s = validateCall(*c, args); !s.ok()) return report(s, c->rank());
   Placement place;
-  if (s.ok()) s = placeCall(*c, args, stream, &place);
-  if (!s.ok()) return report(s, c->rank());
+  if (Status s = placeCall(*c, args, stream, &place); !s.ok()) return report(s, c->rank());
   if (tGroupDepth > 0) {
     tGroupCalls.push_back(QueuedCall{handle, args, std::move(place)});
     return collSuccess;
