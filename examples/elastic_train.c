@@ -21,12 +21,21 @@
  *
  * One replacement at a time: the replacement takes the last rank, nranks-1, so the example
  * recovers from the loss of one rank per failure (two ranks lost at once would need two
- * newcomers and a way to tell them apart, such as the launcher's slot number). */
+ * newcomers and a way to tell them apart, such as the launcher's slot number).
+ *
+ * A grow that fails (the replacement dies in it, or never comes) leaves the shrunk communicator as
+ * it was: the survivors check it and try again with a new grow id, and the next replacement the
+ * launcher starts waits for that id. --die-in-grow 1 makes the first replacement die inside
+ * collCommGrow to show it:
+ *
+ *   COLL_TIMEOUT=10 collrun -np 6 --respawn 2 ./elastic_train --kill-rank 3 --kill-at 25 \
+ *       --die-in-grow 1 --grow-delay-ms 1000 --grow-timeout-ms 3000 */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -46,6 +55,7 @@
 #define MAX_FAILED 64       /* failed ranks we can name in one recovery */
 #define GROW_ID_WAIT_SEC 60 /* how long a replacement waits for the grow id */
 #define GROW_ID_POLL_MS 50
+#define GROW_ATTEMPTS 3 /* grows tried per recovery, each with a new grow id */
 
 #define CKPT_MAGIC 0x4b435445u /* "ETCK" in little-endian bytes */
 #define CKPT_VERSION 1u
@@ -67,6 +77,9 @@ typedef struct {
   const char* outPath;
   int killRank;
   int killAt;
+  int dieInGrow;     /* 1: the first replacement dies inside collCommGrow (a demonstration) */
+  int growDelayMs;   /* survivors wait this long between publishing a grow id and joining */
+  int growTimeoutMs; /* the grown communicator's timeout (0: the library's, COLL_TIMEOUT) */
 } Options;
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -243,18 +256,13 @@ static int hexDigit(char c) {
   return -1;
 }
 
-/* A replacement waits for the survivors' grow id. The file appears whole (it is renamed into
+/* Parses the grow id file; 0 if there is none yet. The file appears whole (it is renamed into
  * place), so a file that exists is complete. */
-static void readGrowId(const char* dir, int* nranks, collUniqueId* id) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/grow.id", dir);
-  FILE* f = NULL;
-  for (int waited = 0; (f = fopen(path, "r")) == NULL; waited += GROW_ID_POLL_MS) {
+static int tryReadGrowId(const char* path, int* nranks, collUniqueId* id) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
     if (errno != ENOENT) die("cannot open %s: %s", path, strerror(errno));
-    if (waited >= GROW_ID_WAIT_SEC * 1000) {
-      die("no grow id in %s after %d s: the survivors never asked for a replacement", path, GROW_ID_WAIT_SEC);
-    }
-    sleepMs(GROW_ID_POLL_MS);
+    return 0;
   }
   char hex[2 * COLL_UNIQUE_ID_BYTES + 1];
   int ok = fscanf(f, "%d %256s", nranks, hex) == 2 && strlen(hex) == 2 * COLL_UNIQUE_ID_BYTES && *nranks > 1;
@@ -265,13 +273,35 @@ static void readGrowId(const char* dir, int* nranks, collUniqueId* id) {
     id->internal[i] = (char)(hi << 4 | lo);
   }
   if (!ok) die("%s is not a grow id file", path);
+  return 1;
+}
+
+/* A replacement waits for the survivors' grow id, one other than `tried` (NULL: any): an id that
+ * served, or failed, a grow is not tried again. */
+static void readGrowId(const char* dir, int* nranks, collUniqueId* id, const collUniqueId* tried) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/grow.id", dir);
+  for (int waited = 0;; waited += GROW_ID_POLL_MS) {
+    if (tryReadGrowId(path, nranks, id) && (tried == NULL || memcmp(id, tried, sizeof(*id)) != 0)) return;
+    if (waited >= GROW_ID_WAIT_SEC * 1000) {
+      die("no %sgrow id in %s after %d s: the survivors never asked for a replacement", tried ? "new " : "", path,
+          GROW_ID_WAIT_SEC);
+    }
+    sleepMs(GROW_ID_POLL_MS);
+  }
+}
+
+static collConfig_t growConfig(const Options* opt) {
+  collConfig_t config = COLL_CONFIG_INITIALIZER;
+  if (opt->growTimeoutMs > 0) config.timeoutMs = opt->growTimeoutMs;
+  return config;
 }
 
 /* ---- recovery -------------------------------------------------------------------------------- */
 
 /* Run by every survivor after a failed step: shrink to the survivors, grow back to nranks with one
  * newcomer, and return the new communicator (the old one is gone). */
-static collComm_t recover(collComm_t comm, int nranks, const char* jobDir) {
+static collComm_t recover(collComm_t comm, int nranks, const char* jobDir, const Options* opt) {
   int failed[MAX_FAILED], nfailed = 0;
   check(collCommGetFailedRanks(comm, failed, MAX_FAILED, &nfailed), comm, "collCommGetFailedRanks");
   if (nfailed != 1) {
@@ -293,14 +323,26 @@ static collComm_t recover(collComm_t comm, int nranks, const char* jobDir) {
   if (smallRank == 0) printf("shrunk to %d ranks (lost rank %d)\n", smallSize, failed[0]);
 
   /* Rank 0 makes the grow id and publishes it for the replacement; the survivors keep their ranks
-   * 0..smallSize-1 and the replacement becomes rank nranks-1. */
-  collUniqueId growId;
-  if (smallRank == 0) {
-    check(collCommGetUniqueId(small, &growId), small, "collCommGetUniqueId");
-    writeGrowId(jobDir, nranks, &growId);
-  }
+   * 0..smallSize-1 and the replacement becomes rank nranks-1. A failed grow leaves `small` as it
+   * was: check it and try again with a new id (an id serves one grow). */
   collComm_t big = NULL;
-  check(collCommGrow(small, nranks, smallRank == 0 ? &growId : NULL, -1, &big, NULL), small, "collCommGrow");
+  collConfig_t config = growConfig(opt);
+  for (int attempt = 1; big == NULL; ++attempt) {
+    collUniqueId growId;
+    if (smallRank == 0) {
+      check(collCommGetUniqueId(small, &growId), small, "collCommGetUniqueId");
+      writeGrowId(jobDir, nranks, &growId);
+    }
+    if (opt->growDelayMs > 0) sleepMs(opt->growDelayMs);
+    collResult_t res = collCommGrow(small, nranks, smallRank == 0 ? &growId : NULL, -1, &big, &config);
+    if (res == collSuccess) break;
+    if (attempt == GROW_ATTEMPTS) check(res, small, "collCommGrow");
+    verifyComm(small, smallSize, "All-Reduce on the shrunk communicator after a failed grow");
+    if (smallRank == 0) {
+      printf("grow attempt %d failed (%s); the shrunk communicator still works; trying again\n", attempt,
+             collGetErrorString(res));
+    }
+  }
   verifyComm(big, nranks, "All-Reduce on the grown communicator");
   if (smallRank == 0) {
     printf("grown back to %d ranks\n", nranks);
@@ -313,17 +355,55 @@ static collComm_t recover(collComm_t comm, int nranks, const char* jobDir) {
   return big;
 }
 
-/* A replacement's start: join the survivors' grow as the last rank. */
-static collComm_t joinAsReplacement(const char* jobDir, const char* restartCount) {
+/* --die-in-grow: a replacement that joins the grow and dies before it completes (the survivors
+ * join --grow-delay-ms later), as a process lost in the middle of a recovery. */
+typedef struct {
+  int nranks;
+  collUniqueId id;
+  collConfig_t config;
+} GrowArgs;
+
+static void* growInBackground(void* p) {
+  GrowArgs* a = (GrowArgs*)p;
+  collComm_t big = NULL;
+  (void)collCommGrow(NULL, a->nranks, &a->id, a->nranks - 1, &big, &a->config);
+  return NULL;
+}
+
+static void dieInsideGrow(int nranks, const collUniqueId* growId, const Options* opt) {
+  static GrowArgs args;
+  args.nranks = nranks;
+  args.id = *growId;
+  args.config = growConfig(opt);
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, growInBackground, &args) != 0) die("pthread_create failed");
+  sleepMs(300); /* registered at the rendezvous by now, the survivors not yet there */
+  printf("replacement 1: raising SIGKILL inside collCommGrow (--die-in-grow)\n");
+  raise(SIGKILL);
+}
+
+/* A replacement's start: join the survivors' grow as the last rank; if the grow fails, wait for the
+ * survivors' next grow id. */
+static collComm_t joinAsReplacement(const char* jobDir, const char* restartCount, const Options* opt) {
   if (jobDir == NULL) die("COLL_JOB_DIR is not set: no place to find the grow id");
   int nranks = 0;
-  collUniqueId growId;
-  readGrowId(jobDir, &nranks, &growId);
-  collComm_t big = NULL;
-  check(collCommGrow(NULL, nranks, &growId, nranks - 1, &big, NULL), NULL, "collCommGrow");
-  verifyComm(big, nranks, "All-Reduce on the grown communicator");
-  printf("replacement %s joined as rank %d of %d\n", restartCount, nranks - 1, nranks);
-  return big;
+  collUniqueId growId, tried;
+  collConfig_t config = growConfig(opt);
+  for (int attempt = 1;; ++attempt) {
+    readGrowId(jobDir, &nranks, &growId, attempt > 1 ? &tried : NULL);
+    if (opt->dieInGrow && strcmp(restartCount, "1") == 0) dieInsideGrow(nranks, &growId, opt);
+    collComm_t big = NULL;
+    collResult_t res = collCommGrow(NULL, nranks, &growId, nranks - 1, &big, &config);
+    if (res == collSuccess) {
+      verifyComm(big, nranks, "All-Reduce on the grown communicator");
+      printf("replacement %s joined as rank %d of %d\n", restartCount, nranks - 1, nranks);
+      return big;
+    }
+    if (attempt == GROW_ATTEMPTS) check(res, NULL, "collCommGrow");
+    printf("replacement %s: grow attempt %d failed (%s); waiting for a new grow id\n", restartCount, attempt,
+           collGetErrorString(res));
+    tried = growId;
+  }
 }
 
 /* ---- main ------------------------------------------------------------------------------------ */
@@ -345,12 +425,15 @@ static void usage(void) {
           "  --ckpt-dir DIR  checkpoint directory ($COLL_JOB_DIR)\n"
           "  --out FILE      rank 0 writes the final parameters there, one \"%%a\" per line\n"
           "  --kill-rank R --kill-at S  rank R raises SIGKILL right before step S (first processes only)\n"
+          "  --die-in-grow 1     the first replacement dies inside collCommGrow (the survivors try again)\n"
+          "  --grow-delay-ms N   survivors join a grow N ms after publishing its id (0)\n"
+          "  --grow-timeout-ms N the grown communicator's timeout (COLL_TIMEOUT)\n"
           "Run under collrun; with --respawn 1 it recovers from the death of a rank.\n");
   exit(2);
 }
 
 static Options parseOptions(int argc, char** argv) {
-  Options o = {60, 10, getenv("COLL_JOB_DIR"), NULL, -1, -1};
+  Options o = {60, 10, getenv("COLL_JOB_DIR"), NULL, -1, -1, 0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     if (i + 1 >= argc) usage();
@@ -361,6 +444,9 @@ static Options parseOptions(int argc, char** argv) {
     else if (strcmp(a, "--out") == 0) o.outPath = v;
     else if (strcmp(a, "--kill-rank") == 0) o.killRank = parseInt(v, a);
     else if (strcmp(a, "--kill-at") == 0) o.killAt = parseInt(v, a);
+    else if (strcmp(a, "--die-in-grow") == 0) o.dieInGrow = parseInt(v, a);
+    else if (strcmp(a, "--grow-delay-ms") == 0) o.growDelayMs = parseInt(v, a);
+    else if (strcmp(a, "--grow-timeout-ms") == 0) o.growTimeoutMs = parseInt(v, a);
     else usage();
   }
   if (o.ckptEvery < 1) die("--ckpt-every must be at least 1");
@@ -381,7 +467,7 @@ int main(int argc, char** argv) {
   int step = 0, rank = -1, nranks = -1;
   collComm_t comm = NULL;
   if (replacement) {
-    comm = joinAsReplacement(jobDir, restartCount);
+    comm = joinAsReplacement(jobDir, restartCount, &opt);
     step = loadCheckpoint(opt.ckptDir, params);
   } else {
     check(collCommInitFromEnv(&comm, NULL), NULL, "collCommInitFromEnv");
@@ -408,7 +494,7 @@ int main(int argc, char** argv) {
     if (res != collSuccess) {
       /* The library has logged the details (which peer, how it was noticed). */
       printf("rank %d: step %d failed (%s); recovering\n", rank, step, collGetErrorString(res));
-      comm = recover(comm, nranks, jobDir);
+      comm = recover(comm, nranks, jobDir, &opt);
       /* Ranks may have changed (the survivors after the dead one moved down by one), but the set of
        * ranks 0..nranks-1, and so the set of minibatches of each step, is the same as before. */
       check(collCommUserRank(comm, &rank), comm, "collCommUserRank");
