@@ -50,6 +50,14 @@ FILE* logFile() {
 
 }  // namespace
 
+std::string printableText(const char* data, size_t size) {
+  std::string s(data, size);
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  }
+  return s;
+}
+
 std::string expandFilePattern(const std::string& pattern, const std::string& host, int pid, int rank, bool* usedRank) {
   std::string out;
   if (usedRank != nullptr) *usedRank = false;

@@ -20,6 +20,10 @@ void logPrintf(LogLevel level, int rank, const char* fmt, ...) __attribute__((fo
 std::string expandFilePattern(const std::string& pattern, const std::string& host, int pid, int rank = -1,
                               bool* usedRank = nullptr);
 
+// Text that came off the wire (a peer's error message, a failure reason), made fit for our logs:
+// every byte outside printable ASCII becomes '?'.
+std::string printableText(const char* data, size_t size);
+
 // Re-reads COLL_DEBUG (tests).
 void logReset();
 

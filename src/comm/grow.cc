@@ -20,13 +20,6 @@ constexpr uint32_t kAnnouncementMagic = 0x57524743u;  // "CGRW" as little-endian
 using le::get32;
 using le::put32;
 
-std::string printable(std::string s) {
-  for (char& c : s) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return s;
-}
-
 // Rank 0's checks of the grow id it passed: made by this communicator's collCommGetUniqueId, not
 // used before.
 Status checkRootGrowId(Comm& comm, const collUniqueId* growId, collUniqueId* out) {
@@ -91,7 +84,7 @@ Status decodeGrowAnnouncement(const uint8_t* data, size_t size, GrowAnnouncement
                      code, a.nranks, textLen);
   }
   a.code = static_cast<collResult_t>(code);
-  a.message = printable(std::string(reinterpret_cast<const char*>(data + 16 + sizeof(collUniqueId)), textLen));
+  a.message = printableText(reinterpret_cast<const char*>(data + 16 + sizeof(collUniqueId)), textLen);
   *out = std::move(a);
   return okStatus();
 }

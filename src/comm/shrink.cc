@@ -55,14 +55,6 @@ std::string listDifference(const std::vector<int>& mine, int leader, const Shrin
   return s + "; every survivor must pass the same excludeRanks";
 }
 
-// Remote text goes into our logs: printable ASCII only.
-std::string printable(std::string s) {
-  for (char& c : s) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return s;
-}
-
 Status joinNew(const collUniqueId& id, int newNranks, int newRank, const CommConfig& config,
                std::unique_ptr<Comm>* out) {
   return Comm::create(id, newNranks, newRank, config, out)
@@ -209,7 +201,7 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
   }
   if (reply.code != collSuccess) {
     return Status(reply.code, "collCommShrink: the leader, rank " + std::to_string(leader) +
-                                  ", reports: " + printable(reply.message));
+                                  ", reports: " + printableText(reply.message.data(), reply.message.size()));
   }
   if (reply.newNranks != survivors.size()) {
     return makeError(collInvalidUsage,

@@ -178,21 +178,19 @@ uint64_t CommTracer::stepBytes(const Step& s) const {
 
 void CommTracer::beginCall(const char* what, const Schedule& schedule, uint64_t seq, uint64_t count,
                            collDataType_t dtype) {
-  what_ = what;
-  algorithm_ = schedule.algorithm != nullptr ? schedule.algorithm : "";
-  seq_ = seq;
-  count_ = count;
-  dtype_ = dtype;
-  elemBytes_ = dataTypeSize(dtype);
   stepElemBytes_ = dataTypeSize(schedule.dtype);
   std::fill(stepStartNs_.begin(), stepStartNs_.end(), 0);
-  callStartNs_ = nowNs();
-  emit(collProfileColl, collProfileStart, what_, -1, -1, count_, count_ * elemBytes_, callStartNs_, collSuccess,
-       nullptr);
+  startCall(what, schedule.algorithm != nullptr ? schedule.algorithm : "", seq, count, dtype, nowNs());
 }
 
 void CommTracer::directCall(const char* what, const char* algorithm, uint64_t seq, uint64_t count, collDataType_t dtype,
                             int64_t startNs, const Status& status) {
+  startCall(what, algorithm, seq, count, dtype, startNs);
+  endCall(status);
+}
+
+void CommTracer::startCall(const char* what, const char* algorithm, uint64_t seq, uint64_t count, collDataType_t dtype,
+                           int64_t startNs) {
   what_ = what;
   algorithm_ = algorithm;
   seq_ = seq;
@@ -202,7 +200,6 @@ void CommTracer::directCall(const char* what, const char* algorithm, uint64_t se
   callStartNs_ = startNs;
   emit(collProfileColl, collProfileStart, what_, -1, -1, count_, count_ * elemBytes_, callStartNs_, collSuccess,
        nullptr);
-  endCall(status);
 }
 
 void CommTracer::endCall(const Status& status) {

@@ -64,6 +64,9 @@ class CommTracer final : public ExecObserver {
 
  private:
   enum class Kind : uint8_t { Coll, Step, Wait, Failure };
+  // The call's fields, and its start event at startNs.
+  void startCall(const char* what, const char* algorithm, uint64_t seq, uint64_t count, collDataType_t dtype,
+                 int64_t startNs);
   // A finished event, formatted only when flushed (off the call's path).
   struct Event {
     Kind kind;

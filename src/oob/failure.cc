@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/base/byte_order.h"
+#include "src/base/log.h"
 
 namespace coll {
 
@@ -14,15 +15,6 @@ using le::get32;
 using le::get64;
 using le::put32;
 using le::put64;
-
-// Reason texts come off the wire and end up in logs: keep them printable.
-std::string printable(const uint8_t* p, size_t n) {
-  std::string s(reinterpret_cast<const char*>(p), n);
-  for (char& c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -142,7 +134,7 @@ bool decodeFailed(const uint8_t* data, size_t size, int nranks, FailedMessage* o
   const uint32_t n = get32(data + 4);
   if (rank < 0 || rank >= nranks || n > kCtlMaxReason || n != size - 8) return false;
   out->rank = rank;
-  out->reason = printable(data + 8, n);
+  out->reason = printableText(reinterpret_cast<const char*>(data + 8), n);
   return true;
 }
 
