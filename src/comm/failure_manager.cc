@@ -27,6 +27,12 @@ const BoolKnob kDumpOnSignal("COLL_DUMP_ON_SIGNAL", "0",
                              "operation, its pending steps and the peers it waits for.",
                              {KnobSection::PlannerExecutor, 140});
 
+const IntKnob kNoticeFanout("COLL_NOTICE_FANOUT", "32",
+                            "Fan-out of the tree along which failure and revocation notices spread: the rank that "
+                            "detects a failure tells this many ranks, each of them as many more. Up to fan-out + 1 "
+                            "ranks, the detecting rank tells everyone itself.",
+                            {KnobSection::Bootstrap, 91});
+
 namespace {
 
 // ---- live communicators, for the SIGUSR1 dump -------------------------------------------------
@@ -105,6 +111,7 @@ void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::s
   laneParent_ = laneParent;
   lanes_ = lanes;
   started_ = true;
+  noticeFanout_ = static_cast<int>(std::clamp<int64_t>(kNoticeFanout.get(), 1, 1 << 20));
   bootstrap_->setControlHandler(
       [this](int from, uint32_t tag, const std::vector<uint8_t>& payload) { return onControl(from, tag, payload); });
   notifier_ = std::thread([this] { notifyLoop(); });
@@ -141,10 +148,18 @@ void FailureManager::stop() {
 }
 
 void FailureManager::notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject) {
-  std::lock_guard<std::mutex> lock(notifyMu_);
-  if (notifyStop_) return;
-  notifyQueue_.push_back(Notice{tag, std::move(payload), ++noticesQueued_, subject});
+  (void)queueNotice(Notice{tag, std::move(payload), 0, subject, rank()});
+}
+
+bool FailureManager::queueNotice(Notice notice) {
+  {
+    std::lock_guard<std::mutex> lock(notifyMu_);
+    if (notifyStop_) return false;
+    notice.id = ++noticesQueued_;
+    notifyQueue_.push_back(std::move(notice));
+  }
   notifyCv_.notify_all();
+  return true;
 }
 
 void FailureManager::notifyLoop() {
@@ -157,37 +172,61 @@ void FailureManager::notifyLoop() {
       notice = std::move(notifyQueue_.front());
       notifyQueue_.pop_front();
     }
-    // Each with a short deadline (a stalled rank accepts the connection but never answers), from
-    // several threads: a rank that learns of the failure may return, abort and exit at once, and
-    // the ranks told after it must not see its connections close first. The failed rank itself
-    // comes last (it may be stalled): told, it stops instead of carrying on alone once it resumes.
-    auto tell = [&](int r) {
-      // Once aborting, collCommAbort waits for this loop: keep each attempt short.
-      const int ms = aborted_.load() ? std::min(controlTimeoutMs(), 100) : controlTimeoutMs();
-      std::vector<uint8_t> reply;
-      Status st = bootstrap_->control(r, notice.tag, notice.payload.data(), notice.payload.size(), &reply,
-                                      Deadline::afterMs(ms));
-      if (!st.ok()) COLL_INFO(rank(), "could not tell rank %d of the failure: %s", r, st.message().c_str());
-    };
-    std::vector<int> targets;
-    for (int r = 0; r < nranks(); ++r) {
-      if (r != rank() && r != notice.subject && !failures_.isFailed(r)) targets.push_back(r);
-    }
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i = next++; i < targets.size(); i = next++) tell(targets[i]);
-    };
-    std::vector<std::thread> helpers;
-    for (size_t i = 1; i < std::min<size_t>(targets.size(), kNotifyThreads); ++i) helpers.emplace_back(worker);
-    worker();
-    for (std::thread& t : helpers) t.join();
-    if (notice.subject >= 0 && notice.subject != rank()) tell(notice.subject);
+    sendDownTree(notice);
     {
       std::lock_guard<std::mutex> lock(notifyMu_);
       noticesSent_ = notice.id;
     }
     notifyCv_.notify_all();
   }
+}
+
+void FailureManager::sendDownTree(const Notice& notice) {
+  const std::vector<uint8_t> wire = encodeRelay(RelayMessage{notice.origin, notice.tag, notice.payload});
+  const int n = nranks();
+  std::atomic<uint64_t> sent{0};
+  // Each with a short deadline (a stalled rank accepts the connection but never answers).
+  auto tell = [&](int r) {
+    // Once aborting, collCommAbort waits for this loop: keep each attempt short.
+    const int ms = aborted_.load() ? std::min(controlTimeoutMs(), 100) : controlTimeoutMs();
+    std::vector<uint8_t> reply;
+    sent++;
+    Status st = bootstrap_->control(r, kCtlTagRelay, wire.data(), wire.size(), &reply, Deadline::afterMs(ms));
+    if (!st.ok()) COLL_INFO(rank(), "could not tell rank %d of the failure: %s", r, st.message().c_str());
+    return st.ok();
+  };
+  // The subject is told by the origin alone, last; failed ranks are not told. Either way their
+  // children are, by whoever would have told them.
+  auto skip = [&](int r) { return r == notice.subject || failures_.isFailed(r); };
+  std::vector<int> children, round;
+  noticeTreeChildren(notice.origin, rank(), n, noticeFanout_, &children);
+  expandNoticeTargets(notice.origin, n, noticeFanout_, children, skip, &round);
+  // A round at a time, from several threads: a rank that learns of the failure may return, abort
+  // and exit at once, and the ranks told after it must not see its connections close first. A rank
+  // that does not answer cannot pass the notice on: the next round covers its children.
+  while (!round.empty()) {
+    std::vector<char> told(round.size(), 0);
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < round.size(); i = next++) told[i] = tell(round[i]) ? 1 : 0;
+    };
+    std::vector<std::thread> helpers;
+    for (size_t i = 1; i < std::min<size_t>(round.size(), kNotifyThreads); ++i) helpers.emplace_back(worker);
+    worker();
+    for (std::thread& t : helpers) t.join();
+    std::vector<int> orphans;
+    for (size_t i = 0; i < round.size(); ++i) {
+      if (told[i]) continue;
+      noticeTreeChildren(notice.origin, round[i], n, noticeFanout_, &children);
+      orphans.insert(orphans.end(), children.begin(), children.end());
+    }
+    round.clear();
+    expandNoticeTargets(notice.origin, n, noticeFanout_, std::move(orphans), skip, &round);
+  }
+  // Told, a stalled subject stops instead of carrying on alone once it resumes.
+  if (notice.origin == rank() && notice.subject >= 0 && notice.subject != rank()) (void)tell(notice.subject);
+  COLL_INFO(rank(), "notice of rank %d passed on to %" PRIu64 " rank(s) (fan-out %d of %d ranks)", notice.origin,
+            sent.load(), noticeFanout_, n);
 }
 
 void FailureManager::fail(const Status& status) {
@@ -224,29 +263,13 @@ bool FailureManager::recordFailure(int peer, const std::string& reason, int repo
 
 std::vector<uint8_t> FailureManager::onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload) {
   switch (tag) {
-    case kCtlTagFailed: {
-      FailedMessage m;
-      if (!decodeFailed(payload.data(), payload.size(), nranks(), &m)) {
-        COLL_WARN(rank(), "dropping a malformed failure notice from rank %d (%zu bytes)", from, payload.size());
+    case kCtlTagRelay: {
+      RelayMessage m;
+      if (!decodeRelay(payload.data(), payload.size(), nranks(), &m) || m.origin == rank()) {
+        COLL_WARN(rank(), "dropping a malformed notice from rank %d (%zu bytes)", from, payload.size());
         return {};
       }
-      // Recorded before the acknowledgement: once the sender has it, we know.
-      (void)recordFailure(m.rank, m.reason, from, false);
-      return {};
-    }
-    case kCtlTagRevoked:
-      if (failures_.revoke(from)) {
-        COLL_WARN(rank(), "the communicator was revoked by rank %d", from);
-        fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(from)));
-      }
-      return {};
-    case kCtlTagCycle: {
-      if (payload.size() > kCtlMaxReason) return {};
-      std::string text(payload.begin(), payload.end());
-      for (char& c : text) {
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-      }
-      if (failures_.noteCycle(from, text)) COLL_WARN(rank(), "rank %d found a wait-for cycle: %s", from, text.c_str());
+      onRelay(m);
       return {};
     }
     case kCtlTagWaitFor: {
@@ -267,6 +290,44 @@ std::vector<uint8_t> FailureManager::onControl(int from, uint32_t tag, const std
     }
     default: return {};
   }
+}
+
+void FailureManager::onRelay(const RelayMessage& m) {
+  // Recorded before the acknowledgement: once the sender has it, this rank knows.
+  int subject = -1;
+  switch (m.tag) {
+    case kCtlTagFailed: {
+      FailedMessage f;
+      if (!decodeFailed(m.payload.data(), m.payload.size(), nranks(), &f)) {
+        COLL_WARN(rank(), "dropping a malformed failure notice of rank %d", m.origin);
+        return;
+      }
+      subject = f.rank;
+      (void)recordFailure(f.rank, f.reason, m.origin, false);
+      break;
+    }
+    case kCtlTagRevoked:
+      if (failures_.revoke(m.origin)) {
+        COLL_WARN(rank(), "the communicator was revoked by rank %d", m.origin);
+        fail(Status(collRemoteError, "the communicator was revoked by rank " + std::to_string(m.origin)));
+      }
+      break;
+    case kCtlTagCycle: {
+      const std::string text = printableText(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+      if (failures_.noteCycle(m.origin, text))
+        COLL_WARN(rank(), "rank %d found a wait-for cycle: %s", m.origin, text.c_str());
+      break;
+    }
+    default: return;
+  }
+  std::vector<int> children;
+  noticeTreeChildren(m.origin, rank(), nranks(), noticeFanout_, &children);
+  if (children.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(notifyMu_);
+    if (!forwarded_.emplace(m.origin, m.tag, subject).second) return;
+  }
+  (void)queueNotice(Notice{m.tag, m.payload, 0, subject, m.origin});
 }
 
 Status FailureManager::checkUsable() {
@@ -466,7 +527,7 @@ uint64_t FailureManager::queueRevocation(const char* why) {
   {
     std::lock_guard<std::mutex> lock(notifyMu_);
     if (notifyStop_) return 0;
-    notifyQueue_.push_back(Notice{kCtlTagRevoked, {}, ++noticesQueued_, -1});
+    notifyQueue_.push_back(Notice{kCtlTagRevoked, {}, ++noticesQueued_, -1, rank()});
     id = noticesQueued_;
   }
   notifyCv_.notify_all();

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "collective/collective.h"
@@ -96,7 +98,8 @@ class FailureManager {
     uint32_t tag = 0;
     std::vector<uint8_t> payload;
     uint64_t id = 0;
-    int subject = -1;  // the failed rank a FAILED notice names (told last)
+    int subject = -1;  // the failed rank a FAILED notice names (told last, by the origin only)
+    int origin = -1;   // the rank it started from: the notice travels that rank's notice tree
   };
 
   int rank() const { return rank_; }
@@ -104,9 +107,17 @@ class FailureManager {
   Deadline callDeadline() const { return Deadline::afterMs(timeoutMs_); }
   int controlTimeoutMs() const;        // per control message: clamp(timeout / 8, 200 ms, 2 s)
   std::string hostOf(int peer) const;  // "198.18.0.4, pid 1234"
+  // Starts a notice from this rank down its notice tree.
   void notifyAll(uint32_t tag, std::vector<uint8_t> payload, int subject);
+  // Queues a notice for sending; false when the notifier has stopped.
+  bool queueNotice(Notice notice);
   void notifyLoop();
+  // Tells this rank's part of `notice`'s tree: its children, covering for failed or unreachable ones.
+  void sendDownTree(const Notice& notice);
   std::vector<uint8_t> onControl(int from, uint32_t tag, const std::vector<uint8_t>& payload);
+  // A notice that arrived down `origin`'s tree: recorded here; forwarded to this rank's children the
+  // first time it arrives.
+  void onRelay(const RelayMessage& m);
 
   Bootstrap* bootstrap_ = nullptr;
   bool started_ = false;
@@ -128,6 +139,10 @@ class FailureManager {
   std::deque<Notice> notifyQueue_;
   uint64_t noticesQueued_ = 0, noticesSent_ = 0;
   bool notifyStop_ = false;
+  int noticeFanout_ = 0;  // COLL_NOTICE_FANOUT
+  // (origin, tag, subject) of the notices forwarded: a notice that arrives twice (a parent covered
+  // for a child that was slow, not gone) goes down the tree once. Guarded by notifyMu_.
+  std::set<std::tuple<int, uint32_t, int>> forwarded_;
   std::thread notifier_;  // sends FAILED / REVOKED notices to every rank, off the caller's path
 };
 

@@ -138,6 +138,56 @@ bool decodeFailed(const uint8_t* data, size_t size, int nranks, FailedMessage* o
   return true;
 }
 
+std::vector<uint8_t> encodeRelay(const RelayMessage& m) {
+  std::vector<uint8_t> out(kRelayHeaderBytes + m.payload.size());
+  put32(out.data(), static_cast<uint32_t>(m.origin));
+  put32(out.data() + 4, m.tag);
+  put32(out.data() + 8, static_cast<uint32_t>(m.payload.size()));
+  if (!m.payload.empty()) memcpy(out.data() + kRelayHeaderBytes, m.payload.data(), m.payload.size());
+  return out;
+}
+
+bool decodeRelay(const uint8_t* data, size_t size, int nranks, RelayMessage* out) {
+  if (size < kRelayHeaderBytes) return false;
+  const int32_t origin = static_cast<int32_t>(get32(data));
+  const uint32_t tag = get32(data + 4);
+  const uint32_t n = get32(data + 8);
+  if (origin < 0 || origin >= nranks || n != size - kRelayHeaderBytes) return false;
+  // The largest inner payload is a FAILED notice with the longest reason.
+  if (n > 8 + kCtlMaxReason) return false;
+  if (tag != kCtlTagFailed && tag != kCtlTagRevoked && tag != kCtlTagCycle) return false;
+  if (tag == kCtlTagRevoked && n != 0) return false;
+  if (tag == kCtlTagCycle && n > kCtlMaxReason) return false;
+  out->origin = origin;
+  out->tag = tag;
+  out->payload.assign(data + kRelayHeaderBytes, data + size);
+  return true;
+}
+
+void noticeTreeChildren(int origin, int self, int nranks, int fanout, std::vector<int>* out) {
+  out->clear();
+  if (nranks <= 1 || fanout < 1) return;
+  const int64_t n = nranks;
+  const int64_t pos = ((static_cast<int64_t>(self) - origin) % n + n) % n;
+  const int64_t first = pos * fanout + 1;
+  for (int64_t c = first; c < first + fanout && c < n; ++c) out->push_back(static_cast<int>((c + origin) % n));
+}
+
+void expandNoticeTargets(int origin, int nranks, int fanout, std::vector<int> candidates,
+                         const std::function<bool(int)>& skip, std::vector<int>* out) {
+  std::vector<int> children;
+  while (!candidates.empty()) {
+    const int r = candidates.back();
+    candidates.pop_back();
+    if (!skip(r)) {
+      out->push_back(r);
+      continue;
+    }
+    noticeTreeChildren(origin, r, nranks, fanout, &children);
+    candidates.insert(candidates.end(), children.begin(), children.end());
+  }
+}
+
 void encodeWaitFor(const WaitForAnswer& a, uint8_t out[kWaitForWire]) {
   memset(out, 0, kWaitForWire);
   put32(out, a.running ? 1 : 0);

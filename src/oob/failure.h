@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ constexpr uint32_t kCtlTagFailed = kCtlTagBase + 1;   // payload: FailedWire (+ 
 constexpr uint32_t kCtlTagRevoked = kCtlTagBase + 2;  // payload: empty (the sender revoked)
 constexpr uint32_t kCtlTagWaitFor = kCtlTagBase + 3;  // payload: empty; reply: WaitForWire
 constexpr uint32_t kCtlTagCycle = kCtlTagBase + 4;    // payload: the wait-for cycle found (text)
+// A FAILED, REVOKED or CYCLE notice on its way down the notice tree of the rank that sent it first
+// (RelayMessage); the three kinds travel only inside it.
+constexpr uint32_t kCtlTagRelay = kCtlTagBase + 5;
 inline bool isControlTag(uint32_t tag) { return (tag & 0xffff0000u) == kCtlTagBase; }
 constexpr size_t kCtlMaxReason = 512;  // longest reason text accepted off the wire
 constexpr size_t kCtlMaxReply = 64;    // longest control reply (the wait-for answer)
@@ -77,6 +81,30 @@ struct FailedMessage {
 };
 std::vector<uint8_t> encodeFailed(const FailedMessage& m);
 bool decodeFailed(const uint8_t* data, size_t size, int nranks, FailedMessage* out);
+
+// A notice and the rank it started from (the tree it travels is that rank's). 12-byte header
+// (origin, inner tag, inner length) before the inner payload; the inner payload is decoded by its
+// kind's decoder (decodeFailed for FAILED; REVOKED is empty; CYCLE is text of at most kCtlMaxReason).
+struct RelayMessage {
+  int32_t origin = -1;
+  uint32_t tag = 0;  // kCtlTagFailed, kCtlTagRevoked or kCtlTagCycle
+  std::vector<uint8_t> payload;
+};
+constexpr size_t kRelayHeaderBytes = 12;
+std::vector<uint8_t> encodeRelay(const RelayMessage& m);
+bool decodeRelay(const uint8_t* data, size_t size, int nranks, RelayMessage* out);
+
+// The notice tree of `origin`: rank r sits at position (r - origin) mod nranks, and position p's
+// children are positions p*fanout + 1 .. p*fanout + fanout. Every rank other than the origin has
+// exactly one parent, so a notice reaches all ranks in ceil(log_fanout(nranks)) hops and no rank
+// sends more than `fanout` copies (plus the children of a child that it has to cover for, below).
+// fanout >= nranks - 1 is the flat tree: the origin tells everyone itself.
+void noticeTreeChildren(int origin, int self, int nranks, int fanout, std::vector<int>* out);
+// Whom `self` tells, in rounds: its children, where a child is to be skipped (`skip`: failed, or the
+// notice's subject) its children instead, recursively. `unreachable` children found while telling
+// are expanded the same way by the caller (expandNoticeTargets on them).
+void expandNoticeTargets(int origin, int nranks, int fanout, std::vector<int> candidates,
+                         const std::function<bool(int)>& skip, std::vector<int>* out);
 
 // What a rank is doing, as published by its executor (answers wait-for queries).
 struct WaitForAnswer {

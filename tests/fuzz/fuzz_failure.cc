@@ -1,5 +1,6 @@
-// libFuzzer target: the fault-tolerance control messages (a FAILED notice and the answer to a
-// wait-for query) that a rank's bootstrap listener / query receives; accepted input must be in range.
+// libFuzzer target: the fault-tolerance control messages (a notice down a notice tree, a FAILED
+// notice and the answer to a wait-for query) that a rank's bootstrap listener / query receives;
+// accepted input must be in range.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +14,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int nranks = 1 + (data[1] | (data[2] << 8));
   const uint8_t* msg = data + 3;
   const size_t len = size - 3;
-  if (data[0] & 1) {
+  if (data[0] & 2) {
+    coll::RelayMessage m;
+    if (!coll::decodeRelay(msg, len, nranks, &m)) return 0;
+    if (m.origin < 0 || m.origin >= nranks || m.payload.size() > 8 + coll::kCtlMaxReason) __builtin_trap();
+    if (m.tag != coll::kCtlTagFailed && m.tag != coll::kCtlTagRevoked && m.tag != coll::kCtlTagCycle) __builtin_trap();
+    std::vector<uint8_t> again = coll::encodeRelay(m);
+    if (again.size() != len || !std::equal(again.begin(), again.end(), msg)) __builtin_trap();
+  } else if (data[0] & 1) {
     coll::WaitForAnswer a;
     if (!coll::decodeWaitFor(msg, len, nranks, &a)) return 0;
     if (a.waitPeer < -1 || a.waitPeer >= nranks || a.failedRank < -1 || a.failedRank >= nranks) __builtin_trap();

@@ -5,10 +5,12 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,6 +122,73 @@ TEST(Failure, WireFormatsRejectBadInput) {
   EXPECT_FALSE(decodeWaitFor(wire, sizeof(wire) - 1, 4, &b));
   EXPECT_EQ(hostOfAddress("198.18.0.4:5000"), "198.18.0.4");
   EXPECT_EQ(hostOfAddress("[2001:2::1]:5000"), "2001:2::1");
+}
+
+TEST(Failure, RelayWireRejectsBadInput) {
+  RelayMessage m{5, kCtlTagFailed, encodeFailed(FailedMessage{3, "gone"})};
+  const std::vector<uint8_t> good = encodeRelay(m);
+  RelayMessage got;
+  ASSERT_TRUE(decodeRelay(good.data(), good.size(), 8, &got));
+  EXPECT_EQ(got.origin, 5);
+  EXPECT_EQ(got.tag, kCtlTagFailed);
+  EXPECT_EQ(got.payload, m.payload);
+  EXPECT_FALSE(decodeRelay(good.data(), good.size(), 5, &got));      // origin out of range
+  EXPECT_FALSE(decodeRelay(good.data(), good.size() - 1, 8, &got));  // length mismatch
+  EXPECT_FALSE(decodeRelay(good.data(), 8, 8, &got));                // truncated header
+  std::vector<uint8_t> bad = encodeRelay(RelayMessage{1, kCtlTagWaitFor, {}});
+  EXPECT_FALSE(decodeRelay(bad.data(), bad.size(), 8, &got));  // a query is not a notice
+  bad = encodeRelay(RelayMessage{1, kCtlTagRevoked, {1}});
+  EXPECT_FALSE(decodeRelay(bad.data(), bad.size(), 8, &got));  // REVOKED carries nothing
+  bad = encodeRelay(RelayMessage{1, kCtlTagCycle, std::vector<uint8_t>(kCtlMaxReason + 1, 'x')});
+  EXPECT_FALSE(decodeRelay(bad.data(), bad.size(), 8, &got));
+}
+
+// Walks a notice down the tree as the ranks would (each told rank tells its children, covering
+// for skipped ones) and returns how many messages each rank sent; every rank not skipped must be
+// told exactly once.
+std::vector<int> walkNoticeTree(int origin, int n, int fanout, const std::function<bool(int)>& gone) {
+  std::vector<int> sent(static_cast<size_t>(n), 0), told(static_cast<size_t>(n), 0);
+  std::vector<int> frontier{origin}, children, targets;
+  told[static_cast<size_t>(origin)] = 1;
+  while (!frontier.empty()) {
+    std::vector<int> next;
+    for (int r : frontier) {
+      noticeTreeChildren(origin, r, n, fanout, &children);
+      targets.clear();
+      expandNoticeTargets(origin, n, fanout, children, gone, &targets);
+      sent[static_cast<size_t>(r)] += static_cast<int>(targets.size());
+      for (int t : targets) {
+        told[static_cast<size_t>(t)]++;
+        next.push_back(t);
+      }
+    }
+    frontier = std::move(next);
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(told[static_cast<size_t>(r)], gone(r) ? 0 : 1) << "rank " << r << " of " << n << ", origin " << origin;
+  }
+  return sent;
+}
+
+TEST(Failure, NoticeTreeReachesEveryRankOnceWithBoundedFanout) {
+  for (int n : {1, 2, 3, 9, 33, 100, 1000, 102400}) {
+    for (int fanout : {1, 2, 8, 32}) {
+      if (n > 1000 && fanout < 8) continue;  // a chain of 100k hops proves nothing more
+      const int origin = n / 3;
+      const std::vector<int> sent = walkNoticeTree(origin, n, fanout, [](int) { return false; });
+      EXPECT_LE(*std::max_element(sent.begin(), sent.end()), fanout) << n << " ranks, fan-out " << fanout;
+      EXPECT_EQ(std::accumulate(sent.begin(), sent.end(), 0), n - 1);
+    }
+  }
+  // The flat tree: the origin tells everyone.
+  const std::vector<int> flat = walkNoticeTree(2, 20, 32, [](int) { return false; });
+  EXPECT_EQ(flat[2], 19);
+  // Failed ranks (and the subject) are skipped; their children are told by whoever would have
+  // told them, so only their parents send more.
+  const int n = 4096, fanout = 8;
+  auto gone = [](int r) { return r % 97 == 5; };
+  const std::vector<int> sent = walkNoticeTree(17, n, fanout, gone);
+  EXPECT_LE(*std::max_element(sent.begin(), sent.end()), fanout * fanout);
 }
 
 // One rank aborts while the others keep calling: every survivor fails naming it and lists it,
@@ -276,8 +345,8 @@ TEST(Failure, SignalDump) {
   EXPECT_NE(log.find("dump (SIGUSR1) of communicator"), "");
 }
 
-TEST(Failure, RevokeReachesEveryRank) {
-  runRanks(3, 10000, [&](int rank, collComm_t comm) {
+void revokeReachesEveryRank(int n) {
+  runRanks(n, 10000, [&](int rank, collComm_t comm) {
     std::vector<float> buf(1024, 1.0f);
     EXPECT_EQ(allReduce(comm, buf), collSuccess) << collGetLastError(comm);
     if (rank == 0) {
@@ -300,6 +369,22 @@ TEST(Failure, RevokeReachesEveryRank) {
     }
     return false;
   });
+}
+
+TEST(Failure, RevokeReachesEveryRank) { revokeReachesEveryRank(3); }
+
+// Down a notice tree of fan-out 2 (four levels at 12 ranks): every rank names the revoking rank,
+// not the rank that passed the notice on.
+TEST(Failure, RevokeReachesEveryRankDownTheNoticeTree) {
+  ScopedEnv fanout("COLL_NOTICE_FANOUT", "2");
+  revokeReachesEveryRank(12);
+}
+
+// Over tcp with a notice tree of fan-out 2: the detecting neighbours' notices reach every rank,
+// also those below the aborted rank in the tree (its parent covers for it).
+TEST(Failure, PeerAbortPropagatesDownTheNoticeTreeTcp) {
+  ScopedEnv fanout("COLL_NOTICE_FANOUT", "2");
+  peerAbortTest("tcp", 10, 1, 8000, 4.0);
 }
 
 // Abort returns promptly with a stalled peer, a call in flight on the progress thread and more
