@@ -241,6 +241,10 @@ void FailureManager::fail(const Status& status) {
     // before it forwards it, and its failed call can return in between).
     for (const FailedPeer& f : failures_.peers())
       (void)laneParent_->recordFailure(f.rank, f.reason, f.reportedBy, false);
+    // So does a revocation: a revoking rank revokes its lanes after the communicator, and down a
+    // notice tree the lane's notice may arrive first.
+    const int revokedBy = failures_.revokedBy();
+    if (revokedBy >= 0) (void)laneParent_->failures_.revoke(revokedBy);
     laneParent_->fail(status);
   }
 }
