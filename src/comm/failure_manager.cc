@@ -115,6 +115,13 @@ void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::s
   bootstrap_->setControlHandler(
       [this](int from, uint32_t tag, const std::vector<uint8_t>& payload) { return onControl(from, tag, payload); });
   notifier_ = std::thread([this] { notifyLoop(); });
+  if (laneParent == nullptr) {
+    HeartbeatHooks hooks;
+    hooks.isFailed = [this](int r) { return failures_.isFailed(r); };
+    hooks.interrupted = [this] { return aborting(); };
+    hooks.blame = [this](int r, const std::string& reason) { (void)recordFailure(r, reason, rank(), true); };
+    heartbeat_.start(bootstrap, heartbeatOptionsFromConfig(noticeFanout_, controlTimeoutMs()), std::move(hooks));
+  }
   {
     std::lock_guard<std::mutex> lock(gLiveMu);
     liveComms().insert(this);
@@ -125,6 +132,7 @@ void FailureManager::start(Bootstrap* bootstrap, int64_t timeoutMs, const std::s
 void FailureManager::stop() {
   if (!started_) return;
   started_ = false;
+  heartbeat_.stop(aborted_.load());
   {
     std::lock_guard<std::mutex> lock(gLiveMu);
     liveComms().erase(this);
@@ -276,6 +284,7 @@ std::vector<uint8_t> FailureManager::onControl(int from, uint32_t tag, const std
       onRelay(m);
       return {};
     }
+    case kCtlTagHeartbeat: heartbeat_.onMessage(from, payload); return {};
     case kCtlTagWaitFor: {
       WaitForAnswer a;
       a.running = snapshot_.running.load(std::memory_order_acquire);

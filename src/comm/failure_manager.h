@@ -18,6 +18,7 @@
 #include "collective/collective.h"
 #include "src/base/deadline.h"
 #include "src/base/status.h"
+#include "src/comm/heartbeat.h"
 #include "src/exec/executor.h"
 #include "src/oob/bootstrap.h"
 #include "src/oob/failure.h"
@@ -144,6 +145,7 @@ class FailureManager {
   // for a child that was slow, not gone) goes down the tree once. Guarded by notifyMu_.
   std::set<std::tuple<int, uint32_t, int>> forwarded_;
   std::thread notifier_;  // sends FAILED / REVOKED notices to every rank, off the caller's path
+  Heartbeat heartbeat_;   // a communicator's own (a lane's process is its parent's)
 };
 
 }  // namespace coll

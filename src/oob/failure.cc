@@ -173,6 +173,25 @@ void noticeTreeChildren(int origin, int self, int nranks, int fanout, std::vecto
   for (int64_t c = first; c < first + fanout && c < n; ++c) out->push_back(static_cast<int>((c + origin) % n));
 }
 
+int noticeTreeParent(int origin, int self, int nranks, int fanout) {
+  if (nranks <= 1 || fanout < 1) return -1;
+  const int64_t n = nranks;
+  const int64_t pos = ((static_cast<int64_t>(self) - origin) % n + n) % n;
+  if (pos == 0) return -1;
+  return static_cast<int>(((pos - 1) / fanout + origin) % n);
+}
+
+void encodeHeartbeat(HeartbeatKind kind, uint8_t out[kHeartbeatWire]) { put32(out, static_cast<uint32_t>(kind)); }
+
+bool decodeHeartbeat(const uint8_t* data, size_t size, HeartbeatKind* out) {
+  if (size != kHeartbeatWire) return false;
+  const uint32_t v = get32(data);
+  if (v != static_cast<uint32_t>(HeartbeatKind::Beat) && v != static_cast<uint32_t>(HeartbeatKind::Leaving))
+    return false;
+  *out = static_cast<HeartbeatKind>(v);
+  return true;
+}
+
 void expandNoticeTargets(int origin, int nranks, int fanout, std::vector<int> candidates,
                          const std::function<bool(int)>& skip, std::vector<int>* out) {
   std::vector<int> children;

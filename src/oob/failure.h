@@ -22,6 +22,12 @@ constexpr uint32_t kCtlTagCycle = kCtlTagBase + 4;    // payload: the wait-for c
 // A FAILED, REVOKED or CYCLE notice on its way down the notice tree of the rank that sent it first
 // (RelayMessage); the three kinds travel only inside it.
 constexpr uint32_t kCtlTagRelay = kCtlTagBase + 5;
+// payload: a u32 HeartbeatKind (heartbeat.h: a child's beat to its parent, or LEAVING)
+constexpr uint32_t kCtlTagHeartbeat = kCtlTagBase + 6;
+enum class HeartbeatKind : uint32_t { Beat = 1, Leaving = 2 };
+constexpr size_t kHeartbeatWire = 4;
+void encodeHeartbeat(HeartbeatKind kind, uint8_t out[kHeartbeatWire]);
+bool decodeHeartbeat(const uint8_t* data, size_t size, HeartbeatKind* out);
 inline bool isControlTag(uint32_t tag) { return (tag & 0xffff0000u) == kCtlTagBase; }
 constexpr size_t kCtlMaxReason = 512;  // longest reason text accepted off the wire
 constexpr size_t kCtlMaxReply = 64;    // longest control reply (the wait-for answer)
@@ -100,6 +106,8 @@ bool decodeRelay(const uint8_t* data, size_t size, int nranks, RelayMessage* out
 // sends more than `fanout` copies (plus the children of a child that it has to cover for, below).
 // fanout >= nranks - 1 is the flat tree: the origin tells everyone itself.
 void noticeTreeChildren(int origin, int self, int nranks, int fanout, std::vector<int>* out);
+// The rank that tells `self` in that tree (-1 for the origin).
+int noticeTreeParent(int origin, int self, int nranks, int fanout);
 // Whom `self` tells, in rounds: its children, where a child is to be skipped (`skip`: failed, or the
 // notice's subject) its children instead, recursively. `unreachable` children found while telling
 // are expanded the same way by the caller (expandNoticeTargets on them).

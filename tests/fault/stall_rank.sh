@@ -3,7 +3,9 @@
 # 2 x COLL_TIMEOUT and abort promptly; then the victim is continued and must fail, not hang.
 # With MODE=abort the victim stops before its first call and the survivors abort with an
 # all-to-all in flight towards it: every abort must return within a second.
-# usage: stall_rank.sh COLLRUN FAULT_STALL NP [abort]
+# With MODE=heartbeat COLL_TIMEOUT is 300 s and the heartbeat (1.5 s) must name the victim within
+# 8 s: the stall detector, not the timeout, finds it.
+# usage: stall_rank.sh COLLRUN FAULT_STALL NP [abort|heartbeat]
 set -u
 COLLRUN=${1:?usage: stall_rank.sh COLLRUN FAULT_STALL NP [abort]}
 PROG=${2:?}
@@ -16,6 +18,10 @@ if [ "$MODE" = abort ]; then
   export COLL_TIMEOUT=20  # far beyond the test's limit: only a prompt abort passes
   export COLL_LINK_PROBE=0  # no start-up traffic: the all-to-all makes the first connections
   STOP_AT=0
+fi
+if [ "$MODE" = heartbeat ]; then
+  export COLL_TIMEOUT=300 COLL_HEARTBEAT_MS=250 COLL_HEARTBEAT_TIMEOUT_MS=1500 FAULT_STALL_LIMIT_S=8
+  MODE=""  # fault_stall runs as in the plain mode
 fi
 dir=$(mktemp -d)
 log=$dir/log

@@ -51,7 +51,7 @@ echo "== parser functions: lines, missed, line coverage =="
 "$llvmcov" report "$first" "${rest[@]}" -instr-profile="$prof/merged.profdata" -show-functions "${paths[@]}" 2>/dev/null |
   awk 'NF >= 10 && $1 != "Name" { n = $1; sub(/^[^:]*\.cc:/, "", n); print n, $(NF-5), $(NF-4), $(NF-3) }' |
   c++filt | sed -E "s/coll::\(anonymous namespace\):://g; s/coll:://g; s/\(.*\) / /" |
-  grep -E "^(parseBootstrapHello|parseBootstrapRegistration|parseRankTable|decodeUniqueId|encodeUniqueId|getAddress|getEntry|parseTcpHello|ncclnet::MessageStream::progressRecvs|ncclnet::PairBootstrap::pump|ncclnet::PairBootstrap::recv|checkIbConnectInfo|validate|parseAlgoFilter|interfaceMatches|parseSocketFamily|parseBytes|expandSlurmNodeList|firstSlurmNode|parseRange|secretFromText|hexDecode|parseDims|torusDimsFor|parseIbHcaList|SocketAddress::parse|decodeFailed|decodeWaitFor|decodeRelay|checkUcxHello|parseHello|UcxConnection::dataHeaderFits|printable) " |
+  grep -E "^(parseBootstrapHello|parseBootstrapRegistration|parseRankTable|decodeUniqueId|encodeUniqueId|getAddress|getEntry|parseTcpHello|ncclnet::MessageStream::progressRecvs|ncclnet::PairBootstrap::pump|ncclnet::PairBootstrap::recv|checkIbConnectInfo|validate|parseAlgoFilter|interfaceMatches|parseSocketFamily|parseBytes|expandSlurmNodeList|firstSlurmNode|parseRange|secretFromText|hexDecode|parseDims|torusDimsFor|parseIbHcaList|SocketAddress::parse|decodeFailed|decodeWaitFor|decodeRelay|decodeHeartbeat|checkUcxHello|parseHello|UcxConnection::dataHeaderFits|printable) " |
   sort -u | awk '$2 ~ /^[0-9]+$/ { printf "  %-40s %5s lines %4s missed  %s\n", $1, $2, $3, $4 }'
 echo
 echo "== whole files (the parsers and the I/O code around them) =="

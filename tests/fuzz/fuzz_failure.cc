@@ -1,5 +1,5 @@
-// libFuzzer target: the fault-tolerance control messages (a notice down a notice tree, a FAILED
-// notice and the answer to a wait-for query) that a rank's bootstrap listener / query receives;
+// libFuzzer target: the fault-tolerance control messages (a heartbeat, a notice down a notice
+// tree, a FAILED notice and the answer to a wait-for query) that a rank's bootstrap listener / query receives;
 // accepted input must be in range.
 #include <algorithm>
 #include <cstddef>
@@ -14,7 +14,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int nranks = 1 + (data[1] | (data[2] << 8));
   const uint8_t* msg = data + 3;
   const size_t len = size - 3;
-  if (data[0] & 2) {
+  if (data[0] & 4) {
+    coll::HeartbeatKind kind;
+    if (!coll::decodeHeartbeat(msg, len, &kind)) return 0;
+    uint8_t again[coll::kHeartbeatWire];
+    coll::encodeHeartbeat(kind, again);
+    if (len != sizeof(again) || !std::equal(again, again + sizeof(again), msg)) __builtin_trap();
+  } else if (data[0] & 2) {
     coll::RelayMessage m;
     if (!coll::decodeRelay(msg, len, nranks, &m)) return 0;
     if (m.origin < 0 || m.origin >= nranks || m.payload.size() > 8 + coll::kCtlMaxReason) __builtin_trap();

@@ -135,7 +135,7 @@ write("ucx", "data_overrun", ucx_data(6, 4096 + (1 << 20), 64, 64, 8, 4096, 0, 5
 write("ucx", "data_odd_ring", ucx_data(0, 0, 64, 64, 0x85, 0, 0, 0))
 
 # fault tolerance (fuzz_failure): selector byte (0 FAILED notice, 1 wait-for answer, 2 a notice
-# down a notice tree), nranks - 1 (16-bit), message. FAILED: rank int32, reason length u32, reason;
+# down a notice tree, 4 a heartbeat), nranks - 1 (16-bit), message. FAILED: rank int32, reason length u32, reason;
 # answer: 32 bytes; relay: origin int32, inner tag u32, inner length u32, inner payload.
 def fail_seed(which, n, msg):
     return bytes([which]) + struct.pack("<H", n - 1) + msg
@@ -151,4 +151,6 @@ FAILED_MSG = struct.pack("<iI", 3, len(REASON)) + REASON
 write("failure", "relay_failed", fail_seed(2, 8, struct.pack("<iII", 5, 0x464c0001, len(FAILED_MSG)) + FAILED_MSG))
 write("failure", "relay_revoked", fail_seed(2, 8, struct.pack("<iII", 1, 0x464c0002, 0)))
 write("failure", "relay_cycle", fail_seed(2, 8, struct.pack("<iII", 1, 0x464c0004, 6) + b"0 -> 1"))
+write("failure", "heartbeat_beat", fail_seed(4, 8, struct.pack("<I", 1)))
+write("failure", "heartbeat_bad", fail_seed(4, 8, struct.pack("<I", 7)))
 write("failure", "relay_bad_origin", fail_seed(2, 4, struct.pack("<iII", 9, 0x464c0002, 0)))

@@ -143,6 +143,41 @@ TEST(Failure, RelayWireRejectsBadInput) {
   EXPECT_FALSE(decodeRelay(bad.data(), bad.size(), 8, &got));
 }
 
+TEST(Failure, HeartbeatWireRejectsBadInput) {
+  uint8_t wire[kHeartbeatWire];
+  HeartbeatKind kind;
+  encodeHeartbeat(HeartbeatKind::Leaving, wire);
+  ASSERT_TRUE(decodeHeartbeat(wire, sizeof(wire), &kind));
+  EXPECT_EQ(kind, HeartbeatKind::Leaving);
+  EXPECT_FALSE(decodeHeartbeat(wire, sizeof(wire) - 1, &kind));
+  wire[0] = 3;
+  EXPECT_FALSE(decodeHeartbeat(wire, sizeof(wire), &kind));
+}
+
+// With a fast heartbeat, ranks that destroy their communicator seconds apart (and one that
+// aborts) are not blamed by those still running: they said LEAVING. Without it, the later ranks
+// would name the early ones after 0.6 s.
+TEST(Failure, HeartbeatDoesNotBlameRanksThatLeaveEarly) {
+  ScopedEnv interval("COLL_HEARTBEAT_MS", "100");
+  ScopedEnv timeout("COLL_HEARTBEAT_TIMEOUT_MS", "600");
+  ScopedEnv fanout("COLL_NOTICE_FANOUT", "2");  // rank 0 watches 1 and 2, rank 1 watches 3 and 4
+  runRanks(6, 10000, [&](int rank, collComm_t comm) {
+    std::vector<float> buf(1024, 1.0f);
+    EXPECT_EQ(allReduce(comm, buf), collSuccess) << collGetLastError(comm);
+    if (rank == 1 || rank == 4) {  // a parent and a leaf leave first
+      EXPECT_EQ(rank == 1 ? collCommDestroy(comm) : collCommAbort(comm), collSuccess);
+      return true;
+    }
+    std::this_thread::sleep_for(Ms(1500));
+    collResult_t async = collInternalError;
+    EXPECT_EQ(collCommGetAsyncError(comm, &async), collSuccess);
+    EXPECT_EQ(async, collSuccess) << "rank " << rank << ": " << collGetLastError(comm);
+    EXPECT_TRUE(failedRanks(comm).empty()) << "rank " << rank;
+    EXPECT_EQ(collCommDestroy(comm), collSuccess);
+    return true;
+  });
+}
+
 // Walks a notice down the tree as the ranks would (each told rank tells its children, covering
 // for skipped ones) and returns how many messages each rank sent; every rank not skipped must be
 // told exactly once.
@@ -178,6 +213,19 @@ TEST(Failure, NoticeTreeReachesEveryRankOnceWithBoundedFanout) {
       const std::vector<int> sent = walkNoticeTree(origin, n, fanout, [](int) { return false; });
       EXPECT_LE(*std::max_element(sent.begin(), sent.end()), fanout) << n << " ranks, fan-out " << fanout;
       EXPECT_EQ(std::accumulate(sent.begin(), sent.end(), 0), n - 1);
+    }
+  }
+  // Each rank's parent is the rank whose children include it (the heartbeat's tree).
+  std::vector<int> children;
+  for (int n : {1, 7, 100, 1000}) {
+    for (int fanout : {1, 3, 32}) {
+      EXPECT_EQ(noticeTreeParent(4 % n, 4 % n, n, fanout), -1);
+      for (int r = 0; r < n; ++r) {
+        const int parent = noticeTreeParent(4 % n, r, n, fanout);
+        if (parent < 0) continue;
+        noticeTreeChildren(4 % n, parent, n, fanout, &children);
+        EXPECT_NE(std::find(children.begin(), children.end(), r), children.end()) << r << " of " << n;
+      }
     }
   }
   // The flat tree: the origin tells everyone.
