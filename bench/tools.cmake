@@ -46,5 +46,8 @@ endforeach()
 # comm_init_perf: the time to make a communicator (public API only).
 add_executable(comm_init_perf ${CMAKE_CURRENT_LIST_DIR}/comm_init_perf.cc)
 target_link_libraries(comm_init_perf PRIVATE collective)
+# bootstrap_scale: the rendezvous of 256..4096 thread ranks with one root and with sqrt(N) roots.
+add_executable(bootstrap_scale ${CMAKE_CURRENT_LIST_DIR}/bootstrap_scale.cc)
+target_link_libraries(bootstrap_scale PRIVATE collective_internal)
 # first_touch_perf: the cost of first touches of shared memory (the cold-start figures).
 add_executable(first_touch_perf ${CMAKE_CURRENT_LIST_DIR}/first_touch_perf.cc)

@@ -144,6 +144,14 @@ COLL_API collResult_t collGetUniqueId(collUniqueId* uniqueId);
 COLL_API collResult_t collCommInitRank(collComm_t* comm, int nranks, collUniqueId commId, int rank);
 COLL_API collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId commId, int rank,
                                              collConfig_t* config);
+/* NCCL's ncclCommInitRankScalable: creation with nId roots, so that no root serves every rank.
+ * commIds holds nId ids from collGetUniqueId (1 <= nId <= nranks), made by different ranks (each
+ * root runs in its caller's process), the same on every rank and in the same order. The ranks are
+ * cut into nId consecutive blocks, block i (ranks [i*nranks/nId, (i+1)*nranks/nId)) registering
+ * with root i; a block's first rank forwards the block to root 0. nId = 1 is collCommInitRankConfig.
+ * config as in collCommInitRankConfig (NULL: defaults). */
+COLL_API collResult_t collCommInitRankScalable(collComm_t* comm, int nranks, int rank, int nId, collUniqueId* commIds,
+                                               collConfig_t* config);
 
 /* Rank and size from the launcher's environment (collrun, torchrun, Open MPI, PMI, Slurm) and
  * the rendezvous from COLL_COMM_ID, MASTER_ADDR/MASTER_PORT or Slurm's node list. */

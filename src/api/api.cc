@@ -689,6 +689,30 @@ collResult_t collCommInitRankConfig(collComm_t* comm, int nranks, collUniqueId c
   return report(initComm(comm, nranks, commId, rank, cc, nonBlocking), rank);
 }
 
+collResult_t collCommInitRankScalable(collComm_t* comm, int nranks, int rank, int nId, collUniqueId* commIds,
+                                      collConfig_t* config) {
+  CommConfig cc;
+  bool nonBlocking = false;
+  Status s = validateConfig(config, &cc, &nonBlocking);
+  if (!s.ok()) return report(s, rank);
+  if (commIds == nullptr) return report(makeError(collInvalidArgument, "commIds is NULL"), rank);
+  if (nId < 1 || nId > nranks) {
+    return report(makeError(collInvalidArgument, "nId %d is out of range: 1 to nranks (%d) roots", nId, nranks), rank);
+  }
+  for (int i = 0; i < nId; ++i) {
+    UniqueIdContents contents;
+    if (decodeUniqueId(commIds[i], &contents).ok() && contents.growFrom != 0) {
+      return report(makeError(collInvalidArgument,
+                              "commIds[%d] is a grow id (collCommGetUniqueId): roots take ids from "
+                              "collGetUniqueId",
+                              i),
+                    rank);
+    }
+  }
+  if (nId > 1) cc.rootIds.assign(commIds, commIds + nId);
+  return report(initComm(comm, nranks, commIds[0], rank, cc, nonBlocking), rank);
+}
+
 collResult_t collCommInitFromEnv(collComm_t* comm, collConfig_t* config) {
   if (comm == nullptr) return report(makeError(collInvalidArgument, "comm (output pointer) is NULL"));
   CommConfig cc;

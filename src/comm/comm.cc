@@ -58,6 +58,9 @@ Status Comm::create(const collUniqueId& id, int nranks, int rank, const CommConf
 
 Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig& config) {
   config_ = config;
+  // The roots serve this rendezvous only: lanes, splits and shrinks made from this communicator's
+  // configuration get their own ids.
+  config_.rootIds.clear();
   laneParent_ = config.laneParent;
   timeoutMs_ = config.timeoutMs > 0 ? config.timeoutMs : defaultTimeoutMs();
   Deadline deadline = Deadline::afterMs(timeoutMs_);
@@ -70,7 +73,8 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   // thread left for that reason never registers, and the others would wait for it until the deadline.
   std::function<bool()> interrupted;
   if (laneParent_ != nullptr) interrupted = [parent = laneParent_] { return parent->failure_.aborting(); };
-  COLL_TRY(Bootstrap::create(id, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_, interrupted)
+  const std::vector<collUniqueId> ids = config.rootIds.empty() ? std::vector<collUniqueId>{id} : config.rootIds;
+  COLL_TRY(Bootstrap::create(ids, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_, interrupted)
                .withContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": bootstrap"));
 
   std::vector<uint64_t> hashes(nranks);

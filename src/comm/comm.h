@@ -41,6 +41,8 @@ struct CommConfig {
   // 0..255 (collConfig_t.trafficClass), applied by the net transport to its connections.
   int trafficClass = kTrafficClassUnset;
   std::string commName;
+  // collCommInitRankScalable: every root's id (the first is the communicator's); empty: one root.
+  std::vector<collUniqueId> rootIds;
   // Internal (lanes.h): set when this communicator is a stream lane of `laneParent`. The lane takes
   // its parent's link model (no probe), PreMulSum ops and failures, and has no lanes of its own.
   class Comm* laneParent = nullptr;

@@ -37,11 +37,11 @@ namespace {
 constexpr uint32_t kIdMagic = 0x44494c43;     // "CLID"
 constexpr uint16_t kIdVersion = 2;            // 2: rank-table entries carry the machine (kRegVersion 2)
 constexpr uint32_t kRegMagic = 0x47524c43;    // "CLRG"
-constexpr uint32_t kRegVersion = 2;           // 2: entries carry the machine hash and CPUs
+constexpr uint32_t kRegVersion = 3;           // 2: entries carry the machine hash and CPUs; 3: groups
 constexpr uint32_t kHelloMagic = 0x4c484c43;  // "CLHL"
 constexpr size_t kAddrWire = 24;
 constexpr size_t kEntryWire = kAddrWire + 28;  // address, hostHash, pid, netMask, machineHash, cpus
-constexpr size_t kRegWire = 24 + kEntryWire;
+constexpr size_t kRegWire = 24 + kEntryWire + 12;  // + groups, group, block count
 constexpr size_t kHelloWire = 20;
 constexpr int kHandshakeMs = 5000;  // a connection must authenticate and say hello by then
 constexpr int kPayloadMs = 30000;   // and deliver its (<= 16 MiB) payload by then
@@ -56,6 +56,7 @@ enum RegReply : uint32_t {
   kRegDuplicate = 3,
   kRegNonceMismatch = 4,
   kRegMalformed = 5,
+  kRegGroupMismatch = 6,
 };
 
 const char* regReplyText(uint32_t code) {
@@ -67,6 +68,9 @@ const char* regReplyText(uint32_t code) {
     case kRegDuplicate: return "another process already registered this rank (two processes with one rank?)";
     case kRegNonceMismatch: return "the unique id differs from other ranks' (two jobs sharing one rendezvous address?)";
     case kRegMalformed: return "malformed registration";
+    case kRegGroupMismatch:
+      return "the rank's group differs from other ranks' or belongs to another root (collCommInitRankScalable: "
+             "every rank must pass the same nId and the same ids in the same order)";
     default: return "unknown reply";
   }
 }
@@ -142,6 +146,18 @@ bool getEntry(const uint8_t* p, PeerInfo* out) {
   info.cpus = static_cast<int32_t>(cpus);
   *out = info;
   return true;
+}
+
+void putRegistration(uint8_t* p, const BootstrapRegistration& r, uint64_t commNonce) {
+  put32(p, kRegMagic);
+  put32(p + 4, kRegVersion);
+  put32(p + 8, static_cast<uint32_t>(r.rank));
+  put32(p + 12, static_cast<uint32_t>(r.nranks));
+  put64(p + 16, commNonce);
+  putEntry(p + 24, r.info);
+  put32(p + 24 + kEntryWire, static_cast<uint32_t>(r.groups));
+  put32(p + 28 + kEntryWire, static_cast<uint32_t>(r.group));
+  put32(p + 32 + kEntryWire, r.blockCount);
 }
 
 void putHello(uint8_t* p, HelloType type, int32_t fromRank, uint32_t tag, uint32_t length) {
@@ -243,13 +259,23 @@ struct RootState {
   uint64_t commNonce = 0;
 };
 
+// A root serves one rendezvous. With one unique id it is root 0: every rank registers with it, and
+// it sends the rank table to rank 0. With several (collCommInitRankScalable) root g serves block g
+// of the ranks and sends the block back to the block's first rank (its leader, which waits on its
+// registration's connection), and the leaders forward their blocks to root 0, so no root handles
+// more than its block's registrations plus one message per block. Which root it is, it learns from
+// the first registration.
+std::atomic<uint32_t> gRootMessagesMax{0};
+
 void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
   const Secret* secret = st->secret ? &*st->secret : nullptr;
   const std::string where = st->published.toString();
-  int nranks = -1;
+  int nranks = -1, groups = -1, myGroup = -1, expected = -1;
+  uint32_t messages = 1;  // the table or block it sends at the end
   // Keyed by rank: memory grows with registrations, not with a claimed nranks.
   std::map<int, PeerInfo> registered;
-  while (nranks < 0 || static_cast<int>(registered.size()) < nranks) {
+  Socket leader;  // root g > 0: the block's first rank, waiting for the block
+  while (expected < 0 || static_cast<int>(registered.size()) < expected) {
     Socket c;
     SocketAddress peer;
     Status s = st->listener.accept(deadline, &c, &peer);
@@ -271,8 +297,24 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
     BootstrapRegistration parsed;
     uint32_t code = parseBootstrapRegistration(reg, sizeof(reg), st->commNonce, nranks, &parsed);
     const int32_t rank = parsed.rank, claimed = parsed.nranks;
-    const PeerInfo& info = parsed.info;
-    if (code == kRegOk && registered.count(rank)) code = kRegDuplicate;
+    // A forwarded block goes to root 0 only; a rank registers with its own block's root.
+    const int role = parsed.blockCount > 0 ? 0 : parsed.group;
+    if (code == kRegOk && ((groups >= 0 && parsed.groups != groups) || (myGroup >= 0 && role != myGroup))) {
+      code = kRegGroupMismatch;
+    }
+    std::vector<PeerInfo> block;
+    if (code == kRegOk && parsed.blockCount > 0) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(parsed.blockCount) * kEntryWire);
+      if (!c.recvAll(bytes.data(), bytes.size(), shorter(deadline, kPayloadMs)).ok() ||
+          !parseRankTable(bytes.data(), bytes.size(), static_cast<int>(parsed.blockCount), &block).ok()) {
+        code = kRegMalformed;
+      }
+      for (size_t i = 0; code == kRegOk && i < block.size(); ++i) {
+        if (registered.count(rank + static_cast<int>(i))) code = kRegDuplicate;
+      }
+    } else if (code == kRegOk && registered.count(rank)) {
+      code = kRegDuplicate;
+    }
     uint8_t reply[4];
     put32(reply, code);
     (void)c.sendAll(reply, sizeof(reply), hs);
@@ -281,34 +323,57 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
                 from.c_str(), rank, claimed, regReplyText(code));
       continue;
     }
-    if (nranks < 0) nranks = claimed;
-    registered[rank] = info;
+    if (nranks < 0) {
+      nranks = claimed, groups = parsed.groups, myGroup = role;
+      expected = myGroup == 0
+                     ? nranks
+                     : bootstrapGroupStart(myGroup + 1, groups, nranks) - bootstrapGroupStart(myGroup, groups, nranks);
+    }
+    ++messages;
+    if (parsed.blockCount > 0) {
+      for (size_t i = 0; i < block.size(); ++i) registered[rank + static_cast<int>(i)] = block[i];
+    } else {
+      registered[rank] = parsed.info;
+      if (myGroup > 0 && rank == bootstrapGroupStart(myGroup, groups, nranks)) leader = std::move(c);
+    }
     COLL_TRACE(-1, "bootstrap root %s: rank %d registered from %s (%zu of %d)", where.c_str(), rank, from.c_str(),
-               registered.size(), nranks);
+               registered.size(), expected);
   }
   st->listener.close();
-  if (nranks < 0 || static_cast<int>(registered.size()) < nranks) {
+  if (expected < 0 || static_cast<int>(registered.size()) < expected) {
     std::string missing;
     int shown = 0;
-    for (int r = 0; r < std::max(nranks, 0) && shown < 8; ++r) {
+    const int first = myGroup > 0 ? bootstrapGroupStart(myGroup, groups, nranks) : 0;
+    for (int r = first; r < first + std::max(expected, 0) && shown < 8; ++r) {
       if (!registered.count(r)) missing += (shown++ ? "," : "") + std::to_string(r);
     }
     COLL_WARN(-1,
               "bootstrap root %s: gave up at its deadline (COLL_TIMEOUT) with %zu of %d ranks "
               "registered; missing ranks include %s",
-              where.c_str(), registered.size(), nranks, missing.empty() ? "all" : missing.c_str());
+              where.c_str(), registered.size(), expected, missing.empty() ? "all" : missing.c_str());
     return;
   }
-  std::vector<uint8_t> table(static_cast<size_t>(nranks) * kEntryWire);
-  for (auto& [r, info] : registered) putEntry(table.data() + static_cast<size_t>(r) * kEntryWire, info);
-  Socket s;
-  Status st2 = openAndHello(registered[0].address, secret, kHelloTable, kRootSender, 0,
-                            static_cast<uint32_t>(table.size()), deadline, &s);
-  if (st2.ok()) st2 = s.sendAll(table.data(), table.size(), deadline);
-  if (st2.ok()) st2 = readReply(s, deadline);
-  if (!st2.ok()) {
-    COLL_WARN(-1, "bootstrap root %s: cannot send the rank table to rank 0 at %s: %s", where.c_str(),
-              registered[0].address.toString().c_str(), st2.message().c_str());
+  // Entries in rank order: the whole table (root 0) or the block.
+  std::vector<uint8_t> table(static_cast<size_t>(expected) * kEntryWire);
+  size_t at = 0;
+  for (auto& [r, info] : registered) putEntry(table.data() + kEntryWire * at++, info);
+  Status st2;
+  std::string to;
+  if (myGroup > 0) {
+    to = "its block to the block's first rank";
+    st2 = leader.sendAll(table.data(), table.size(), deadline);
+  } else {
+    to = "the rank table to rank 0 at " + registered[0].address.toString();
+    Socket s;
+    st2 = openAndHello(registered[0].address, secret, kHelloTable, kRootSender, 0, static_cast<uint32_t>(table.size()),
+                       deadline, &s);
+    if (st2.ok()) st2 = s.sendAll(table.data(), table.size(), deadline);
+    if (st2.ok()) st2 = readReply(s, deadline);
+  }
+  if (!st2.ok())
+    COLL_WARN(-1, "bootstrap root %s: cannot send %s: %s", where.c_str(), to.c_str(), st2.message().c_str());
+  uint32_t seen = gRootMessagesMax.load();
+  while (seen < messages && !gRootMessagesMax.compare_exchange_weak(seen, messages)) {
   }
 }
 
@@ -316,8 +381,17 @@ void serveRoot(std::unique_ptr<RootState> st, Deadline deadline) {
 
 class BootstrapImpl final : public Bootstrap {
  public:
-  BootstrapImpl(int rank, int nranks, const UniqueIdContents& id)
-      : rank_(rank), nranks_(nranks), id_(id), commHash_(hashOfId(id)) {}
+  // `ids`: one per root (collCommInitRankScalable), else one. The communicator is ids[0]'s (its
+  // secret authenticates every connection between ranks, its nonce names the communicator); a rank
+  // registers with the root of its block.
+  BootstrapImpl(int rank, int nranks, const std::vector<UniqueIdContents>& ids)
+      : rank_(rank),
+        nranks_(nranks),
+        id_(ids[0]),
+        groups_(static_cast<int>(ids.size())),
+        group_(bootstrapGroupOf(rank, static_cast<int>(ids.size()), nranks)),
+        rootId_(ids[static_cast<size_t>(group_)]),
+        commHash_(hashOfId(ids[0])) {}
 
   ~BootstrapImpl() override {
     stopListener();
@@ -434,6 +508,11 @@ class BootstrapImpl final : public Bootstrap {
 
  private:
   const Secret* secret() const { return id_.authenticated ? &id_.secret : nullptr; }
+  const Secret* rootSecret() const { return rootId_.authenticated ? &rootId_.secret : nullptr; }
+  uint32_t rendezvousMessagesSent() const override { return rendezvousMessages_; }
+  // Registers `reg` (and a forwarded block's entries) with the root of `root`; `s` stays open.
+  Status registerWith(const UniqueIdContents& root, const Secret* rootSecret, const BootstrapRegistration& reg,
+                      const std::vector<uint8_t>& block, Deadline deadline, Socket* s);
 
   std::string peerContext(const char* what, int peer) const {
     return std::string(what) + " rank " + std::to_string(peer) + " at " + peers_[peer].address.toString() +
@@ -495,7 +574,10 @@ class BootstrapImpl final : public Bootstrap {
 
   const int rank_, nranks_;
   const UniqueIdContents id_;
+  const int groups_, group_;  // roots (ids) and this rank's block
+  const UniqueIdContents rootId_;
   const uint64_t commHash_;
+  uint32_t rendezvousMessages_ = 0;  // written by init only
   std::vector<PeerInfo> peers_;  // written once in init, read-only afterwards
   Socket listener_;
   SocketAddress myAddress_;
@@ -648,32 +730,36 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   me.netMask = netMask;
   me.machineHash = hashHostIdentity(localMachineIdentity());
   me.cpus = localMachineCpus();
+  BootstrapRegistration reg;
+  reg.rank = rank_;
+  reg.nranks = nranks_;
+  reg.info = me;
+  reg.groups = groups_;
+  reg.group = group_;
   {
-    const std::string root = id_.root.toString();
-    auto ctx = [&](const char* what) {
-      return "rank " + std::to_string(rank_) + ": " + what + " the bootstrap root at " + root +
-             " (is rank 0 / the root running and reachable? check COLL_SOCKET_IFNAME, COLL_TIMEOUT)";
-    };
     Socket s;
-    COLL_TRY(Socket::connect(id_.root, deadline, &s).withContext(ctx("cannot reach")));
-    (void)s.setNoDelay(true);
-    COLL_TRY(
-        authenticate(s, secret(), AuthRole::Connector, deadline, root).withContext(ctx("cannot authenticate with")));
-    uint8_t reg[kRegWire];
-    put32(reg, kRegMagic);
-    put32(reg + 4, kRegVersion);
-    put32(reg + 8, static_cast<uint32_t>(rank_));
-    put32(reg + 12, static_cast<uint32_t>(nranks_));
-    put64(reg + 16, id_.commNonce);
-    putEntry(reg + 24, me);
-    COLL_TRY(s.sendAll(reg, sizeof(reg), deadline).withContext(ctx("cannot register with")));
-    uint8_t reply[4];
-    COLL_TRY(s.recvAll(reply, sizeof(reply), deadline).withContext(ctx("no reply from")));
-    if (get32(reply) != kRegOk) {
-      return makeError(collInvalidUsage,
-                       "rank %d: the bootstrap root at %s refused the "
-                       "registration (rank %d of %d): %s",
-                       rank_, root.c_str(), rank_, nranks_, regReplyText(get32(reply)));
+    COLL_TRY(registerWith(rootId_, rootSecret(), reg, {}, deadline, &s));
+    const int start = bootstrapGroupStart(group_, groups_, nranks_);
+    if (group_ > 0 && rank_ == start) {
+      // This rank leads its block: its root sends the block back when complete, and the rank
+      // forwards it to root 0.
+      const int count = bootstrapGroupStart(group_ + 1, groups_, nranks_) - start;
+      std::vector<uint8_t> block(static_cast<size_t>(count) * kEntryWire);
+      std::vector<PeerInfo> entries;
+      COLL_TRY(s.recvAll(block.data(), block.size(), deadline)
+                   .withContext("rank " + std::to_string(rank_) + ": waiting for block " + std::to_string(group_) +
+                                " from its bootstrap root at " + rootId_.root.toString()));
+      COLL_TRY(parseRankTable(block.data(), block.size(), count, &entries)
+                   .withContext("rank " + std::to_string(rank_) + ": the block from its root"));
+      if (!(entries[0].address == myAddress_) || entries[0].pid != me.pid) {
+        return makeError(collRemoteError, "rank %d: its root's block lists %s for this rank, not our listener %s",
+                         rank_, entries[0].address.toString().c_str(), myAddress_.toString().c_str());
+      }
+      s.close();
+      BootstrapRegistration forward = reg;
+      forward.blockCount = static_cast<uint32_t>(count);
+      Socket s0;
+      COLL_TRY(registerWith(id_, secret(), forward, block, deadline, &s0));
     }
   }
 
@@ -720,8 +806,37 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
     if (st.ok()) st = s.sendAll(table.data(), table.size(), deadline);
     if (st.ok()) st = readReply(s, deadline);
     COLL_TRY(st.withContext(peerContext("forwarding the rank table to", child)));
+    ++rendezvousMessages_;
   }
   COLL_INFO(rank_, "bootstrap: %d ranks, listening on %s", nranks_, myAddress_.toString().c_str());
+  return okStatus();
+}
+
+Status BootstrapImpl::registerWith(const UniqueIdContents& root, const Secret* rootSecret,
+                                   const BootstrapRegistration& reg, const std::vector<uint8_t>& block,
+                                   Deadline deadline, Socket* s) {
+  const std::string where = root.root.toString();
+  auto ctx = [&](const char* what) {
+    return "rank " + std::to_string(rank_) + ": " + what + " the bootstrap root at " + where +
+           " (is rank 0 / the root running and reachable? check COLL_SOCKET_IFNAME, COLL_TIMEOUT)";
+  };
+  ++rendezvousMessages_;
+  COLL_TRY(Socket::connect(root.root, deadline, s).withContext(ctx("cannot reach")));
+  (void)s->setNoDelay(true);
+  COLL_TRY(
+      authenticate(*s, rootSecret, AuthRole::Connector, deadline, where).withContext(ctx("cannot authenticate with")));
+  std::vector<uint8_t> bytes(kRegWire + block.size());
+  putRegistration(bytes.data(), reg, root.commNonce);
+  if (!block.empty()) memcpy(bytes.data() + kRegWire, block.data(), block.size());
+  COLL_TRY(s->sendAll(bytes.data(), bytes.size(), deadline).withContext(ctx("cannot register with")));
+  uint8_t reply[4];
+  COLL_TRY(s->recvAll(reply, sizeof(reply), deadline).withContext(ctx("no reply from")));
+  if (get32(reply) != kRegOk) {
+    return makeError(collInvalidUsage,
+                     "rank %d: the bootstrap root at %s refused the registration (rank %d of %d%s): %s", rank_,
+                     where.c_str(), reg.rank, reg.nranks, reg.blockCount > 0 ? ", forwarding its block" : "",
+                     regReplyText(get32(reply)));
+  }
   return okStatus();
 }
 
@@ -823,7 +938,31 @@ uint32_t parseBootstrapRegistration(const uint8_t* p, size_t size, uint64_t comm
     return kRegNranksMismatch;
   }
   if (out->rank < 0 || out->rank >= claimed) return kRegBadRank;
+  out->groups = static_cast<int32_t>(get32(p + 24 + kEntryWire));
+  out->group = static_cast<int32_t>(get32(p + 28 + kEntryWire));
+  out->blockCount = get32(p + 32 + kEntryWire);
+  if (out->groups < 1 || out->groups > claimed || out->group < 0 || out->group >= out->groups) {
+    return kRegGroupMismatch;
+  }
+  const int start = bootstrapGroupStart(out->group, out->groups, claimed);
+  const int end = bootstrapGroupStart(out->group + 1, out->groups, claimed);
+  if (out->blockCount == 0) return out->rank >= start && out->rank < end ? kRegOk : kRegGroupMismatch;
+  // A forwarded block: from its first rank, whole, and never block 0 (root 0 has that itself).
+  if (out->group == 0 || out->rank != start || out->blockCount != static_cast<uint32_t>(end - start)) {
+    return kRegGroupMismatch;
+  }
   return kRegOk;
+}
+
+int bootstrapGroupStart(int group, int groups, int nranks) {
+  return static_cast<int>(static_cast<int64_t>(group) * nranks / std::max(groups, 1));
+}
+
+int bootstrapGroupOf(int rank, int groups, int nranks) {
+  int g = static_cast<int>(static_cast<int64_t>(rank) * groups / std::max(nranks, 1));
+  while (g + 1 < groups && bootstrapGroupStart(g + 1, groups, nranks) <= rank) ++g;
+  while (g > 0 && bootstrapGroupStart(g, groups, nranks) > rank) --g;
+  return g;
 }
 
 Status parseRankTable(const uint8_t* p, size_t size, int nranks, std::vector<PeerInfo>* out) {
@@ -894,6 +1033,8 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret
   return startRoot(bindAddress, secret, c, defaultTimeoutMs(), id);
 }
 
+uint32_t bootstrapRootMessagesMax(bool reset) { return reset ? gRootMessagesMax.exchange(0) : gRootMessagesMax.load(); }
+
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, collUniqueId* id) {
   uint64_t nonce = 0;
   COLL_TRY(randomNonce(&nonce));
@@ -919,14 +1060,29 @@ Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t 
 
 Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
                          Deadline deadline, std::unique_ptr<Bootstrap>* out, const std::function<bool()>& interrupted) {
+  return create(std::vector<collUniqueId>{id}, rank, nranks, hostHash, netMask, deadline, out, interrupted);
+}
+
+Status Bootstrap::create(const std::vector<collUniqueId>& ids, int rank, int nranks, uint64_t hostHash,
+                         uint32_t netMask, Deadline deadline, std::unique_ptr<Bootstrap>* out,
+                         const std::function<bool()>& interrupted) {
   if (nranks < 1 || nranks > kBootstrapMaxRanks) {
     return makeError(collInvalidArgument, "nranks %d is outside 1..%d", nranks, kBootstrapMaxRanks);
   }
   if (rank < 0 || rank >= nranks) {
     return makeError(collInvalidArgument, "rank %d is outside 0..%d", rank, nranks - 1);
   }
-  UniqueIdContents contents;
-  COLL_TRY(decodeUniqueId(id, &contents));
+  if (ids.empty() || ids.size() > static_cast<size_t>(nranks)) {
+    return makeError(collInvalidArgument, "%zu unique ids for %d ranks: pass 1 to nranks ids", ids.size(), nranks);
+  }
+  std::vector<UniqueIdContents> contents(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    COLL_TRY(decodeUniqueId(ids[i], &contents[i]).withContext("unique id " + std::to_string(i)));
+    if (ids.size() > 1 && (contents[i].growFrom != 0 || contents[i].authenticated != contents[0].authenticated)) {
+      return makeError(collInvalidArgument, "unique id %zu cannot be one of several roots: %s", i,
+                       contents[i].growFrom != 0 ? "it is a grow id" : "ids with and without a secret are mixed");
+    }
+  }
   auto b = std::make_unique<BootstrapImpl>(rank, nranks, contents);
   COLL_TRY(b->init(hostHash, netMask, deadline, interrupted));
   *out = std::move(b);

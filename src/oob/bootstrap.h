@@ -35,6 +35,9 @@ Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out);
 // Starts a root listener (a thread that serves one rendezvous and exits) on the selected
 // interface (port 0 = any) and returns its id. collGetUniqueId calls this with a random secret.
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret* secret, collUniqueId* id);
+// The most messages (registrations, forwarded blocks and the table or block it sent) one root of
+// this process handled in a finished rendezvous since the last reset (the scale benchmark's count).
+uint32_t bootstrapRootMessagesMax(bool reset);
 // As above with a chosen commNonce (the environment bootstrap: every rank derives the same id).
 // An empty bindAddress (length 0) means the selected interface, port 0. A wildcard bindAddress
 // listens everywhere and publishes the selected interface's address in the id.
@@ -71,6 +74,13 @@ class Bootstrap {
   static Status create(const collUniqueId& id, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
                        Deadline deadline, std::unique_ptr<Bootstrap>* out,
                        const std::function<bool()>& interrupted = {});
+  // With several roots (collCommInitRankScalable): `ids` are every root's unique id, the same on
+  // every rank and in the same order; the ranks are cut into ids.size() consecutive blocks
+  // (bootstrapGroupStart), block g registering with root g, whose first rank forwards the block to
+  // root 0. One id is the single-root rendezvous above.
+  static Status create(const std::vector<collUniqueId>& ids, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
+                       Deadline deadline, std::unique_ptr<Bootstrap>* out,
+                       const std::function<bool()>& interrupted = {});
   virtual ~Bootstrap() = default;
 
   virtual int rank() const = 0;
@@ -105,6 +115,9 @@ class Bootstrap {
     (void)peer, (void)tag, (void)data, (void)size, (void)reply, (void)deadline;
     return makeError(collInvalidUsage, "this bootstrap has no control messages");
   }
+  // Messages this rank sent during the rendezvous (registrations, its block forwarded to root 0,
+  // rank-table copies to its children): what the scale benchmark counts.
+  virtual uint32_t rendezvousMessagesSent() const { return 0; }
   // Breaks the control exchanges in progress and fails later ones at once: an aborting
   // communicator's last notices, past their grace, must not hold collCommAbort up to a stalled
   // peer that accepted the connection and never answers. (Without control messages: nothing to do.)

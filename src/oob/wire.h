@@ -13,7 +13,8 @@ namespace coll {
 
 constexpr size_t kBootstrapHelloBytes = 20;         // magic, type, fromRank, tag, length
 constexpr size_t kBootstrapEntryBytes = 52;         // one rank-table entry (PeerInfo)
-constexpr size_t kBootstrapRegistrationBytes = 76;  // magic, version, rank, nranks, nonce, entry
+// magic, version, rank, nranks, nonce, entry, groups, group, block count
+constexpr size_t kBootstrapRegistrationBytes = 88;
 
 // What a connection to a rank's listener announces after authenticating.
 struct BootstrapHello {
@@ -33,11 +34,24 @@ struct BootstrapRegistration {
   int32_t rank = -1;
   int32_t nranks = 0;
   PeerInfo info;
+  // Creation with several roots (collCommInitRankScalable): the ranks are cut into `groups`
+  // consecutive blocks, block g registering with root g. A block's first rank (its leader) then
+  // forwards the block to root 0: a registration with `blockCount` entries following it.
+  int32_t groups = 1;
+  int32_t group = 0;
+  uint32_t blockCount = 0;
 };
+
+// The first rank of block `group` when `nranks` ranks are cut into `groups` blocks (group ==
+// groups gives nranks), and the block of `rank`.
+int bootstrapGroupStart(int group, int groups, int nranks);
+int bootstrapGroupOf(int rank, int groups, int nranks);
 
 // Decodes a registration the root received. Returns the reply code for the registrant: 0 when
 // acceptable; otherwise malformed, another unique id (`commNonce`), nranks out of range or not
-// `knownNranks` (< 0: nobody registered yet), rank out of range. Duplicates are the caller's check.
+// `knownNranks` (< 0: nobody registered yet), rank out of range, groups out of range or the rank
+// not in its group (a forwarded block: not sent by the block's first rank, a count that is not the
+// block's size, or block 0). Duplicates and which root takes which group are the caller's checks.
 uint32_t parseBootstrapRegistration(const uint8_t* bytes, size_t size, uint64_t commNonce, int knownNranks,
                                     BootstrapRegistration* out);
 

@@ -41,6 +41,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (n >= 0 && reg.nranks != n) __builtin_trap();
         if (reg.info.cpus < 0 || reg.info.cpus > coll::kBootstrapMaxCpus) __builtin_trap();
         (void)reg.info.address.toString();
+        // The root relies on these: the rank is in its block, a forwarded block is whole.
+        if (reg.groups < 1 || reg.groups > reg.nranks || reg.group < 0 || reg.group >= reg.groups) __builtin_trap();
+        const int start = coll::bootstrapGroupStart(reg.group, reg.groups, reg.nranks);
+        const int end = coll::bootstrapGroupStart(reg.group + 1, reg.groups, reg.nranks);
+        if (reg.blockCount == 0 && (reg.rank < start || reg.rank >= end)) __builtin_trap();
+        if (reg.blockCount != 0 && (reg.group == 0 || reg.rank != start || reg.blockCount != uint32_t(end - start)))
+          __builtin_trap();
       }
       break;
     }

@@ -218,6 +218,38 @@ TEST(Api, AllReduceAcrossThreadRanks) {
   }
 }
 
+// ncclCommInitRankScalable's equivalent: three roots (ids made in three calls) for five thread
+// ranks; the communicator works as one made with one root, and bad arguments are clean errors.
+TEST(Api, InitRankScalableWithSeveralRoots) {
+  constexpr int n = 5, roots = 3;
+  std::vector<collUniqueId> ids(roots);
+  for (auto& id : ids) ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
+  collComm_t none = nullptr;
+  EXPECT_EQ(collCommInitRankScalable(&none, n, 0, 0, ids.data(), nullptr), collInvalidArgument);
+  EXPECT_EQ(collCommInitRankScalable(&none, n, 0, n + 1, ids.data(), nullptr), collInvalidArgument);
+  EXPECT_EQ(collCommInitRankScalable(&none, n, 0, roots, nullptr, nullptr), collInvalidArgument);
+  EXPECT_NE(std::string(collGetLastError(nullptr)).find("commIds"), std::string::npos);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collComm_t comm = nullptr;
+      ASSERT_EQ(collCommInitRankScalable(&comm, n, r, roots, ids.data(), nullptr), collSuccess)
+          << "rank " << r << ": " << collGetLastError(nullptr);
+      int rank = -1, count = -1;
+      EXPECT_EQ(collCommUserRank(comm, &rank), collSuccess);
+      EXPECT_EQ(collCommCount(comm, &count), collSuccess);
+      EXPECT_EQ(rank, r);
+      EXPECT_EQ(count, n);
+      std::vector<int32_t> data(1000, r + 1);
+      ASSERT_EQ(collAllReduce(data.data(), data.data(), data.size(), collInt32, collSum, comm, nullptr), collSuccess)
+          << collGetLastError(comm);
+      EXPECT_EQ(data, std::vector<int32_t>(1000, n * (n + 1) / 2));
+      EXPECT_EQ(collCommDestroy(comm), collSuccess);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST(Api, GroupedCallsRunAtGroupEnd) {
   withComms(2, [](int rank, collComm_t comm) {
     std::vector<float> a(100, static_cast<float>(rank + 1)), b(50, 2.0f);

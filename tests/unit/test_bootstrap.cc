@@ -203,23 +203,29 @@ TEST(Bootstrap, CommHashDiffersBetweenIds) {
 }
 
 // Speaks the registration protocol by hand (layout of bootstrap.cc) to send bogus values.
-uint32_t rawRegister(const collUniqueId& id, const Secret* secret, int32_t rank, int32_t nranks) {
+// Registers by hand; `blockCount` > 0 sends that many (zeroed, so malformed) entries after it.
+uint32_t rawRegister(const collUniqueId& id, const Secret* secret, int32_t rank, int32_t nranks, int32_t groups = 1,
+                     int32_t group = 0, uint32_t blockCount = 0) {
   UniqueIdContents c;
   EXPECT_TRUE(decodeUniqueId(id, &c).ok());
   Socket s;
   EXPECT_TRUE(Socket::connect(c.root, Deadline::afterMs(2000), &s).ok());
   EXPECT_TRUE(authenticate(s, secret, AuthRole::Connector, Deadline::afterMs(2000), "root").ok());
-  uint8_t reg[kBootstrapRegistrationBytes] = {0};
-  uint32_t magic = 0x47524c43, version = 2;
-  memcpy(reg, &magic, 4);
-  memcpy(reg + 4, &version, 4);
-  memcpy(reg + 8, &rank, 4);
-  memcpy(reg + 12, &nranks, 4);
-  memcpy(reg + 16, &c.commNonce, 8);
+  std::vector<uint8_t> reg(kBootstrapRegistrationBytes + blockCount * kBootstrapEntryBytes, 0);
+  uint32_t magic = 0x47524c43, version = 3;
+  memcpy(reg.data(), &magic, 4);
+  memcpy(reg.data() + 4, &version, 4);
+  memcpy(reg.data() + 8, &rank, 4);
+  memcpy(reg.data() + 12, &nranks, 4);
+  memcpy(reg.data() + 16, &c.commNonce, 8);
   reg[24] = 4;  // IPv4
   reg[26] = 1;  // port 1
   reg[32] = 127, reg[35] = 1;
-  EXPECT_TRUE(s.sendAll(reg, sizeof(reg), Deadline::afterMs(2000)).ok());
+  const size_t tail = 24 + kBootstrapEntryBytes;
+  memcpy(reg.data() + tail, &groups, 4);
+  memcpy(reg.data() + tail + 4, &group, 4);
+  memcpy(reg.data() + tail + 8, &blockCount, 4);
+  EXPECT_TRUE(s.sendAll(reg.data(), reg.size(), Deadline::afterMs(2000)).ok());
   uint32_t reply = 0xffffffff;
   EXPECT_TRUE(s.recvAll(&reply, 4, Deadline::afterMs(2000)).ok());
   return reply;
@@ -260,6 +266,105 @@ TEST(Bootstrap, IntrudersAndBogusRegistrationsAreRefused) {
   ASSERT_TRUE(Socket::connect(bs[1]->peer(1).address, Deadline::afterMs(2000), &s).ok());
   EXPECT_FALSE(authenticate(s, &wrong, AuthRole::Connector, Deadline::afterMs(2000), "rank 1").ok());
   exerciseBootstraps(bs);
+}
+
+collUniqueId ids0(const std::vector<collUniqueId>& ids) { return ids[0]; }
+
+// Runs `nranks` Bootstrap::create calls with several roots (one id each) in threads.
+std::vector<std::unique_ptr<Bootstrap>> createAllScalable(const std::vector<collUniqueId>& ids, int nranks,
+                                                          int timeoutMs = 20000) {
+  std::vector<std::unique_ptr<Bootstrap>> bs(nranks);
+  std::vector<Status> sts(nranks);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < nranks; ++r) {
+    ts.emplace_back(
+        [&, r] { sts[r] = Bootstrap::create(ids, r, nranks, 1000 + r % 2, 0, Deadline::afterMs(timeoutMs), &bs[r]); });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < nranks; ++r) EXPECT_TRUE(sts[r].ok()) << "rank " << r << ": " << sts[r].message();
+  return bs;
+}
+
+TEST(Bootstrap, GroupsCutRanksIntoConsecutiveBlocks) {
+  for (int n : {1, 2, 7, 16, 1000}) {
+    for (int groups = 1; groups <= std::min(n, 40); ++groups) {
+      EXPECT_EQ(bootstrapGroupStart(0, groups, n), 0);
+      EXPECT_EQ(bootstrapGroupStart(groups, groups, n), n);
+      for (int g = 0; g < groups; ++g) {
+        const int start = bootstrapGroupStart(g, groups, n), end = bootstrapGroupStart(g + 1, groups, n);
+        EXPECT_GE(end - start, n / groups) << n << " ranks, block " << g << " of " << groups;
+        EXPECT_LE(end - start, n / groups + 1);
+        for (int r = start; r < end; ++r) ASSERT_EQ(bootstrapGroupOf(r, groups, n), g) << r << " of " << n;
+      }
+    }
+  }
+}
+
+// Several roots (collCommInitRankScalable's rendezvous): every rank gets the same table as with one
+// root, whatever the number of roots, including one per rank.
+TEST(Bootstrap, SeveralRootsGiveOneRankTable) {
+  Secret secret;
+  ASSERT_TRUE(randomSecret(&secret).ok());
+  for (int roots : {2, 3, 5, 16}) {
+    std::vector<collUniqueId> ids;
+    for (int i = 0; i < roots; ++i) ids.push_back(startRoot(&secret));
+    auto bs = createAllScalable(ids, 16);
+    for (auto& b : bs) ASSERT_NE(b, nullptr) << roots << " roots";
+    exerciseBootstraps(bs);
+  }
+  // Unauthenticated roots work the same; mixed ones are refused.
+  std::vector<collUniqueId> open{startRoot(nullptr), startRoot(nullptr)};
+  auto bs = createAllScalable(open, 5);
+  for (auto& b : bs) ASSERT_NE(b, nullptr);
+  exerciseBootstraps(bs);
+  std::unique_ptr<Bootstrap> b;
+  const std::vector<collUniqueId> mixed{startRoot(&secret), startRoot(nullptr)};
+  Status st = Bootstrap::create(mixed, 0, 2, 1, 0, Deadline::afterMs(300), &b);
+  EXPECT_EQ(st.code(), collInvalidArgument) << st.message();
+  EXPECT_EQ(Bootstrap::create(std::vector<collUniqueId>{}, 0, 2, 1, 0, Deadline::afterMs(300), &b).code(),
+            collInvalidArgument);
+  EXPECT_EQ(Bootstrap::create(std::vector<collUniqueId>(3, ids0(open)), 0, 2, 1, 0, Deadline::afterMs(300), &b).code(),
+            collInvalidArgument);  // more roots than ranks
+}
+
+// A root refuses registrations that do not belong to it: a rank outside the block its group names,
+// a forwarded block from a rank that does not lead it, of the wrong size, or of block 0.
+TEST(Bootstrap, RootsRefuseRegistrationsOfOtherGroups) {
+  Secret secret;
+  ASSERT_TRUE(randomSecret(&secret).ok());
+  collUniqueId id = startRoot(&secret);
+  EXPECT_EQ(rawRegister(id, &secret, 5, 8, 2, 0), 6u);     // rank 5 is in block 1 of 2
+  EXPECT_EQ(rawRegister(id, &secret, 1, 8, 9, 0), 6u);     // more groups than ranks
+  EXPECT_EQ(rawRegister(id, &secret, 1, 8, 2, 2), 6u);     // no group 2 of 2
+  EXPECT_EQ(rawRegister(id, &secret, 5, 8, 2, 1, 4), 6u);  // block 1 starts at rank 4
+  EXPECT_EQ(rawRegister(id, &secret, 4, 8, 2, 1, 3), 6u);  // block 1 has 4 ranks
+  EXPECT_EQ(rawRegister(id, &secret, 0, 8, 2, 0, 4), 6u);  // block 0 is never forwarded
+  EXPECT_EQ(rawRegister(id, &secret, 4, 8, 2, 1, 4), 5u);  // well formed, but its zeroed entries are not
+  // The root is still free: a real two-root job on it as root 0.
+  const std::vector<collUniqueId> ids{id, startRoot(&secret)};
+  auto bs = createAllScalable(ids, 8);
+  for (auto& b : bs) ASSERT_NE(b, nullptr);
+  exerciseBootstraps(bs);
+}
+
+// 1,024 ranks in one process, with one root and with 32 (every root serving 32 registrations and
+// root 0 also 31 forwarded blocks).
+TEST(Bootstrap, ThousandRanksWithOneAndWithManyRoots) {
+  Secret secret;
+  ASSERT_TRUE(randomSecret(&secret).ok());
+  for (int roots : {1, 32}) {
+    std::vector<collUniqueId> ids;
+    for (int i = 0; i < roots; ++i) ids.push_back(startRoot(&secret));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto bs = createAllScalable(ids, 1024, 60000);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto& b : bs) ASSERT_NE(b, nullptr);
+    for (int r = 0; r < 1024; r += 97) {
+      EXPECT_EQ(bs[r]->commHash(), bs[0]->commHash());
+      for (int p = 0; p < 1024; p += 31) EXPECT_TRUE(bs[r]->peer(p).address == bs[p]->peer(p).address);
+    }
+    printf("1024 ranks, %d root(s): rendezvous %.2f s\n", roots, s);
+  }
 }
 
 TEST(Bootstrap, TimesOutWhenRanksAreMissing) {

@@ -1,0 +1,103 @@
+// bootstrap_scale: the rendezvous (Bootstrap::create, real sockets on loopback) of N thread ranks
+// in one process, with one root and with ~sqrt(N) roots (collCommInitRankScalable's), alternated
+// REPS times. Prints per N and root count: the median rendezvous time, the most messages one root
+// handled, the most one rank sent, and the time's growth per doubling of N.
+// usage: bootstrap_scale [REPS=3] [N...=256 1024 4096]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
+
+namespace {
+
+struct Run {
+  double seconds = 0;
+  uint32_t rootMessages = 0, rankMessages = 0;
+};
+
+bool rendezvous(int n, int roots, Run* out) {
+  using namespace coll;
+  Secret secret;
+  SocketAddress loopback;
+  if (!randomSecret(&secret).ok() || !SocketAddress::parse("127.0.0.1:0", &loopback).ok()) return false;
+  std::vector<collUniqueId> ids(static_cast<size_t>(roots));
+  for (auto& id : ids) {
+    Status st = startBootstrapRoot(loopback, &secret, &id);
+    if (!st.ok()) return fprintf(stderr, "root: %s\n", st.message().c_str()), false;
+  }
+  (void)bootstrapRootMessagesMax(true);
+  std::vector<std::unique_ptr<Bootstrap>> bs(static_cast<size_t>(n));
+  std::vector<Status> sts(static_cast<size_t>(n));
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> ts;
+    ts.reserve(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      ts.emplace_back([&, r] { sts[r] = Bootstrap::create(ids, r, n, 1, 0, Deadline::afterMs(120000), &bs[r]); });
+    }
+    for (auto& t : ts) t.join();
+  }
+  out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < n; ++r) {
+    if (!sts[r].ok()) return fprintf(stderr, "rank %d: %s\n", r, sts[r].message().c_str()), false;
+    out->rankMessages = std::max(out->rankMessages, bs[r]->rendezvousMessagesSent());
+  }
+  // A root counts its last message after the ranks it served can finish: give it a moment.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  out->rootMessages = bootstrapRootMessagesMax(true);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? atoi(argv[1]) : 3;
+  std::vector<int> sizes;
+  for (int i = 2; i < argc; ++i) sizes.push_back(atoi(argv[i]));
+  if (sizes.empty()) sizes = {256, 1024, 4096};
+  if (reps < 1) return fprintf(stderr, "usage: bootstrap_scale [REPS] [N...]\n"), 2;
+  printf("%8s %6s %10s %14s %14s %10s\n", "ranks", "roots", "median_s", "root_msgs_max", "rank_msgs_max", "x/doubling");
+  std::map<int, double> previous;  // roots kind (0: one, 1: sqrt) -> last median
+  int previousN = 0;
+  for (int n : sizes) {
+    const int sqrtRoots = std::max(1, static_cast<int>(std::lround(std::sqrt(n))));
+    std::vector<Run> runs[2];
+    for (int rep = 0; rep < reps; ++rep) {
+      for (int kind = 0; kind < 2; ++kind) {  // alternated, so drift hits both alike
+        Run run;
+        if (!rendezvous(n, kind == 0 ? 1 : sqrtRoots, &run)) return 1;
+        runs[kind].push_back(run);
+      }
+    }
+    for (int kind = 0; kind < 2; ++kind) {
+      std::vector<double> t;
+      uint32_t rootMax = 0, rankMax = 0;
+      for (const Run& r : runs[kind]) {
+        t.push_back(r.seconds);
+        rootMax = std::max(rootMax, r.rootMessages);
+        rankMax = std::max(rankMax, r.rankMessages);
+      }
+      std::sort(t.begin(), t.end());
+      const double median = t[t.size() / 2];
+      char growth[32] = "-";
+      if (previous.count(kind) && previousN > 0) {
+        const double doublings = std::log2(static_cast<double>(n) / previousN);
+        snprintf(growth, sizeof(growth), "%.2f", std::pow(median / previous[kind], 1.0 / doublings));
+      }
+      printf("%8d %6d %10.3f %14u %14u %10s\n", n, kind == 0 ? 1 : sqrtRoots, median, rootMax, rankMax, growth);
+      previous[kind] = median;
+    }
+    previousN = n;
+    fflush(stdout);
+  }
+  return 0;
+}
