@@ -17,6 +17,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/base/parallel.h"
 #include "src/plan/planner.h"
 #include "transports/net.h"
 
@@ -214,14 +215,7 @@ void FailureManager::sendDownTree(const Notice& notice) {
   // that does not answer cannot pass the notice on: the next round covers its children.
   while (!round.empty()) {
     std::vector<char> told(round.size(), 0);
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i = next++; i < round.size(); i = next++) told[i] = tell(round[i]) ? 1 : 0;
-    };
-    std::vector<std::thread> helpers;
-    for (size_t i = 1; i < std::min<size_t>(round.size(), kNotifyThreads); ++i) helpers.emplace_back(worker);
-    worker();
-    for (std::thread& t : helpers) t.join();
+    runInParallel(round.size(), kNotifyThreads, [&](size_t i) { told[i] = tell(round[i]) ? 1 : 0; });
     std::vector<int> orphans;
     for (size_t i = 0; i < round.size(); ++i) {
       if (told[i]) continue;

@@ -7,6 +7,7 @@
 #include "src/base/config.h"
 #include "src/base/deadline.h"
 #include "src/base/log.h"
+#include "src/base/parallel.h"
 #include "src/oob/failure.h"
 
 namespace coll {
@@ -172,17 +173,10 @@ void Heartbeat::stop(bool aborting) {
   uint8_t wire[kHeartbeatWire];
   encodeHeartbeat(HeartbeatKind::Leaving, wire);
   const int ms = aborting ? kAbortingLeavingDeadlineMs : kLeavingDeadlineMs;
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < watchers.size(); i = next++) {
-      std::vector<uint8_t> reply;
-      (void)bootstrap_->control(watchers[i], kCtlTagHeartbeat, wire, sizeof(wire), &reply, Deadline::afterMs(ms));
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t i = 1; i < std::min<size_t>(watchers.size(), 16); ++i) helpers.emplace_back(worker);
-  worker();
-  for (std::thread& t : helpers) t.join();
+  runInParallel(watchers.size(), 16, [&](size_t i) {
+    std::vector<uint8_t> reply;
+    (void)bootstrap_->control(watchers[i], kCtlTagHeartbeat, wire, sizeof(wire), &reply, Deadline::afterMs(ms));
+  });
 }
 
 }  // namespace coll
