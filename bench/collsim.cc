@@ -92,7 +92,7 @@ void usage() {
       "  --routers N            dragonfly routers per group (default 8); --nodes-per-router N (default 4)\n"
       "  --local-link GBPS, --global-link GBPS   dragonfly links (default 100, 100)\n"
       "  --routing minimal|valiant               dragonfly routing (default minimal)\n"
-      "  --mode auto|exact|symmetric             auto: exact up to --exact-steps steps (default 2e7)\n"
+      "  --mode auto|exact|symmetric             auto: exact up to --exact-steps steps (default 1e6)\n"
       "  --top N                busiest links listed (default 5)\n"
       "  --json PATH            also write the results as JSON ('-' = stdout instead of the table)\n");
 }

@@ -1,18 +1,21 @@
 #!/bin/bash
-# collsim's speed at scale: a 1 GiB All-Reduce (the planner's choice) on a 3-tier fat-tree at
+# collsim's speed at scale: a 1 GiB All-Reduce (the torus: symmetric under host translation; the
+# planner's hierarchical choices at these sizes are not, and run only exactly) on a 3-tier fat-tree at
 # 1,024 / 4,096 / 16,384 / 102,400 ranks (8 per node), each timed with /usr/bin/time -v (wall
 # time, peak RSS), then the 4,096-rank run exact (every rank, every message) against the symmetric
 # one (host 0's ranks, flow classes), which is what the larger runs use.
 # usage: bench/collsim_scale.sh   (env: BUILD=build, RANKS="1024 4096 16384 102400", SIZE=1G,
-#        FABRIC_ARGS="--fabric fattree3", ALGO= (COLL_ALGO spelling; empty: the planner's),
-#        COMPARE=4096 (empty: skip the exact-vs-symmetric run))
+#        FABRIC_ARGS="--fabric fattree3", ALGO=torus (COLL_ALGO spelling; empty: the planner's),
+#        MODE=symmetric (collsim --mode of the scale runs), COMPARE=4096 (empty: skip the
+#        exact-vs-symmetric run; the exact run at 4,096 takes about 5 minutes and 3 GiB))
 set -euo pipefail
 BUILD=${BUILD:-build}
 RANKS=${RANKS:-1024 4096 16384 102400}
 SIZE=${SIZE:-1G}
 FABRIC_ARGS=${FABRIC_ARGS:---fabric fattree3}
-ALGO=${ALGO:-}
+ALGO=${ALGO-torus}
 COMPARE=${COMPARE-4096}
+MODE=${MODE:-symmetric}
 SIM=$BUILD/bench/collsim
 [ -x "$SIM" ] || { echo "collsim_scale: $SIM not built (cmake --build $BUILD --target collsim)" >&2; exit 1; }
 TMP=$(mktemp -d)
@@ -38,7 +41,7 @@ run() {
 
 echo "| run | algorithm | mode | simulated time (us) | wall (m:ss) | peak RSS |"
 echo "|---|---|---|---:|---:|---:|"
-for n in $RANKS; do run "$n" -n "$n"; done
+for n in $RANKS; do run "$n" -n "$n" --mode "$MODE"; done
 if [ -n "$COMPARE" ]; then
   run "$COMPARE-exact" -n "$COMPARE" --mode exact
   run "$COMPARE-symmetric" -n "$COMPARE" --mode symmetric
