@@ -26,5 +26,9 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/collective.pc.in ${PROJECT_BINARY_DIR
 install(FILES ${PROJECT_BINARY_DIR}/collective.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # The launcher and the first-stop tool go beside the libraries: the README launches jobs with
-# collrun, and collinfo lists this build's knobs and capabilities.
+# collrun, and collinfo lists this build's knobs and capabilities; collsim simulates a collective
+# on a cluster fabric.
 install(TARGETS collrun collinfo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET collsim)
+  install(TARGETS collsim RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()

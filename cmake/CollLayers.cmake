@@ -32,7 +32,8 @@ coll_layer(comm       USES plan gpu DIRS src/comm)
 coll_layer(api        USES comm DIRS src/api)
 # Beside the library: the NCCL net plugin (base, oob and transports only) and the programs on top.
 coll_layer(nccl_net   USES transports DIRS src/nccl_net)
-coll_layer(tools      USES api nccl_net DIRS bench tests)
+coll_layer(sim        USES plan DIRS src/sim)  # the fabric simulator (collsim): schedules on a modelled network
+coll_layer(tools      USES api nccl_net sim DIRS bench tests)
 
 # libcollective: these layers' objects, in this order.
 set(COLL_LIBRARY_LAYERS base kernels gpu topo oob transports schedule algorithms exec plan comm api)

@@ -67,23 +67,6 @@ struct ModelDep {
   bool whole = false;
 };
 
-enum class NodeKind : uint8_t { Wire, Receive, Local };
-
-struct Node {
-  double earliest = 0;
-  double finishMin = 0;
-  double start = 0;
-  double finish = 0;
-  double occupancy = 0;  // wire: port time; local: duration
-  double lag = 0;        // one slice of this node
-  uint32_t pending = 0;
-  uint32_t sender = 0;  // wire: evaluated sending rank; receive, local: the rank
-  uint32_t receiver = 0;
-  uint32_t firstStep = 0;  // for messages
-  uint8_t cls = 0;
-  NodeKind kind = NodeKind::Local;
-};
-
 struct StreamKey {
   uint32_t a, q, k, step;
   bool operator<(const StreamKey& o) const {
@@ -93,10 +76,6 @@ struct StreamKey {
   }
   bool sameKey(const StreamKey& o) const { return a == o.a && q == o.q && k == o.k; }
 };
-
-// An edge is the dependent node's index tagged (bits 30-31) with how it waits.
-constexpr uint32_t kEdgeSlice = 0, kEdgeWhole = 1u << 30, kEdgeStream = 2u << 30, kEdgeArrival = 3u << 30;
-constexpr uint32_t kEdgeMask = 3u << 30;
 
 // Host arithmetic of a HostSymmetry grid.
 struct HostGrid {
@@ -174,9 +153,12 @@ uint64_t estimateTotalSteps(const ScheduleBuilder& build, int32_t nranks, int32_
   return static_cast<uint64_t>(s.steps.size()) * static_cast<uint64_t>(nranks);
 }
 
-Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost, const LinkModel& model,
-                         const CostOptions& options, CostResult* out) {
+Status buildScheduleGraph(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost, const LinkModel& model,
+                          const CostOptions& options, ScheduleGraph* graph, CostResult* out) {
   *out = CostResult{};
+  *graph = ScheduleGraph{};
+  graph->nranks = nranks;
+  graph->ranksPerHost = ranksPerHost;
   out->mode = options.mode;
   if (nranks <= 0 || ranksPerHost <= 0) {
     return makeError(collInvalidArgument, "schedule cost: %d ranks with %d per host", nranks, ranksPerHost);
@@ -217,7 +199,7 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
     }
   }
   const int32_t nEval = symmetric ? L : nranks;
-  out->ranksEvaluated = nEval;
+  out->ranksEvaluated = graph->ranksEvaluated = nEval;
 
   // ---- build every evaluated rank's schedule into a compact form.
   std::vector<ModelStep> steps;
@@ -352,8 +334,14 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
   // receive step (it needs the bytes and its own dependencies: senders do not wait for
   // receivers, as the executor's buffered streams let them), one per non-inert local step.
   std::vector<uint32_t> nodeOf(steps.size(), kNone);
-  std::vector<Node> nodes;
+  std::vector<GraphNode>& nodes = graph->nodes;
   nodes.reserve(2 * sends.size() + steps.size() / 8);
+  // Ties go by (local index of the rank, step index in its schedule), which a translation between
+  // hosts keeps: a symmetric evaluation then orders every port's wires as the exact one does.
+  auto keyOf = [&](uint32_t step) {
+    const uint32_t rank = steps[step].rank;
+    return (static_cast<uint64_t>(rank % static_cast<uint32_t>(L)) << 32) | (step - rankBegin[rank]);
+  };
   auto sliceTime = [&](uint64_t bytes, uint64_t slice, double bytesPerSecond) {
     return static_cast<double>(std::min(bytes, slice)) / bytesPerSecond;
   };
@@ -371,20 +359,23 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
     }
     const LinkParams& l = model.link[sm.cls];
     const uint64_t bytes = std::max(sm.bytes, rm.bytes);
-    Node w;
-    w.kind = NodeKind::Wire;
+    GraphNode w;
+    w.kind = GraphNodeKind::Wire;
     w.cls = sm.cls;
     w.sender = sm.rank;
     w.receiver = rm.rank;
-    w.firstStep = sends[i].step;
+    w.peer = sm.peer;
+    w.bytes = bytes;
+    w.firstBytes = std::min(bytes, rankSlice[sm.rank]);
+    w.key = keyOf(sends[i].step);
     w.occupancy = static_cast<double>(bytes) / l.bytesPerSecond;
     w.lag = l.alphaSeconds + sliceTime(bytes, rankSlice[sm.rank], l.bytesPerSecond);
     wireOf[i] = nodeOf[sends[i].step] = static_cast<uint32_t>(nodes.size());
     nodes.push_back(w);
-    Node r;
-    r.kind = NodeKind::Receive;
+    GraphNode r;
+    r.kind = GraphNodeKind::Receive;
     r.sender = r.receiver = rm.rank;
-    r.firstStep = recvs[i].step;
+    r.key = keyOf(recvs[i].step);
     r.lag = sliceTime(bytes, rankSlice[rm.rank], model.memoryBytesPerSecond);
     nodeOf[recvs[i].step] = static_cast<uint32_t>(nodes.size());
     nodes.push_back(r);
@@ -395,9 +386,9 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
   for (uint32_t i = 0; i < steps.size(); ++i) {
     const ModelStep& m = steps[i];
     if (m.inert || isTransport(m.kind)) continue;
-    Node n;
+    GraphNode n;
     n.sender = n.receiver = m.rank;
-    n.firstStep = i;
+    n.key = keyOf(i);
     const double work = m.selfCopy ? 0.0 : static_cast<double>(m.bytes) * std::max<uint32_t>(m.nsrcs, 1);
     n.occupancy = work / model.memoryBytesPerSecond;
     n.lag = m.selfCopy ? 0.0 : sliceTime(m.bytes, rankSlice[m.rank], model.memoryBytesPerSecond);
@@ -409,7 +400,8 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
   }
 
   // ---- edges (CSR by source node): dependencies, arrivals and stream order.
-  std::vector<uint32_t> edgeBegin(nodes.size() + 1, 0);
+  std::vector<uint32_t>& edgeBegin = graph->edgeBegin;
+  edgeBegin.assign(nodes.size() + 1, 0);
   auto forEachEdge = [&](auto&& fn) {
     for (uint32_t i = 0; i < steps.size(); ++i) {
       const uint32_t to = nodeOf[i];
@@ -418,34 +410,53 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
       for (uint32_t k = m.depBegin; k < m.depBegin + m.ndeps; ++k) {
         const uint32_t from = nodeOf[deps[k].step];
         if (from == kNone || from == to) continue;
-        fn(from, to | (deps[k].whole ? kEdgeWhole : kEdgeSlice));
+        fn(from, to | (deps[k].whole ? kGraphEdgeWhole : kGraphEdgeSlice));
       }
     }
     for (size_t i = 0; i < sends.size(); ++i) {
-      fn(wireOf[i], (wireOf[i] + 1) | kEdgeArrival);
+      fn(wireOf[i], (wireOf[i] + 1) | kGraphEdgeArrival);
       if (i > 0 && sends[i].a == sends[i - 1].a && sends[i].q == sends[i - 1].q) {
-        fn(wireOf[i - 1], wireOf[i] | kEdgeStream);
+        fn(wireOf[i - 1], wireOf[i] | kGraphEdgeStream);
       }
     }
   };
   forEachEdge([&](uint32_t from, uint32_t) { edgeBegin[from + 1]++; });
   for (size_t n = 0; n < nodes.size(); ++n) edgeBegin[n + 1] += edgeBegin[n];
-  std::vector<uint32_t> edges(edgeBegin.back());
+  std::vector<uint32_t>& edges = graph->edges;
+  edges.assign(edgeBegin.back(), 0);
   {
     std::vector<uint32_t> cursor(edgeBegin.begin(), edgeBegin.end() - 1);
     forEachEdge([&](uint32_t from, uint32_t tagged) {
       edges[cursor[from]++] = tagged;
-      nodes[tagged & ~kEdgeMask].pending++;
+      nodes[tagged & ~kGraphEdgeMask].pending++;
     });
   }
   sends.clear();
   sends.shrink_to_fit();
   wireOf.clear();
   wireOf.shrink_to_fit();
+  return okStatus();
+}
 
-  // ---- discrete-event evaluation in order of readiness.
-  // Ties go by (local index of the rank, step index in its schedule), which a translation between
-  // hosts keeps: a symmetric evaluation then orders every port's wires as the exact one does.
+Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost, const LinkModel& model,
+                         const CostOptions& options, CostResult* out) {
+  ScheduleGraph graph;
+  COLL_TRY(buildScheduleGraph(build, nranks, ranksPerHost, model, options, &graph, out));
+  const std::vector<GraphNode>& nodes = graph.nodes;
+  const std::vector<uint32_t>& edgeBegin = graph.edgeBegin;
+  const std::vector<uint32_t>& edges = graph.edges;
+  const int32_t nEval = graph.ranksEvaluated;
+
+  // ---- discrete-event evaluation in order of readiness (ties by GraphNode::key).
+  struct State {
+    double earliest = 0;
+    double finishMin = 0;
+    double start = 0;
+    double finish = 0;
+    uint32_t pending = 0;
+  };
+  std::vector<State> state(nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) state[n].pending = nodes[n].pending;
   struct Ready {
     double time;
     uint64_t key;
@@ -456,15 +467,10 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
       return node > o.node;
     }
   };
-  auto readyAt = [&](double time, uint32_t id) {
-    const ModelStep& m = steps[nodes[id].firstStep];
-    const uint64_t key =
-        (static_cast<uint64_t>(m.rank % static_cast<uint32_t>(L)) << 32) | (nodes[id].firstStep - rankBegin[m.rank]);
-    return Ready{time, key, id};
-  };
+  auto readyAt = [&](double time, uint32_t id) { return Ready{time, nodes[id].key, id}; };
   std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;
   for (uint32_t n = 0; n < nodes.size(); ++n) {
-    if (nodes[n].pending == 0) ready.push(readyAt(0.0, n));
+    if (state[n].pending == 0) ready.push(readyAt(0.0, n));
   }
   std::vector<double> egress(static_cast<size_t>(nEval) * kLinkClasses, 0.0);
   std::vector<double> ingress(static_cast<size_t>(nEval) * kLinkClasses, 0.0);
@@ -474,27 +480,28 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
   while (!ready.empty()) {
     const uint32_t id = ready.top().node;
     ready.pop();
-    Node& n = nodes[id];
+    const GraphNode& g = nodes[id];
+    State& n = state[id];
     double alpha = 0;
-    switch (n.kind) {
-      case NodeKind::Wire: {
-        alpha = model.link[n.cls].alphaSeconds;
-        double& eg = egress[static_cast<size_t>(n.sender) * kLinkClasses + n.cls];
-        double& in = ingress[static_cast<size_t>(n.receiver) * kLinkClasses + n.cls];
+    switch (g.kind) {
+      case GraphNodeKind::Wire: {
+        alpha = model.link[g.cls].alphaSeconds;
+        double& eg = egress[static_cast<size_t>(g.sender) * kLinkClasses + g.cls];
+        double& in = ingress[static_cast<size_t>(g.receiver) * kLinkClasses + g.cls];
         // Streams from when it is ready; its bytes pass the ports after those already queued.
         n.start = n.earliest;
-        eg = std::max(n.earliest, eg) + n.occupancy;
-        in = std::max(n.earliest, in) + n.occupancy;
+        eg = std::max(n.earliest, eg) + g.occupancy;
+        in = std::max(n.earliest, in) + g.occupancy;
         const double sent = std::max(eg, in);
         n.finish = std::max(sent + alpha, n.finishMin);
-        out->rankSeconds[n.sender] = std::max(out->rankSeconds[n.sender], n.finish - alpha);
+        out->rankSeconds[g.sender] = std::max(out->rankSeconds[g.sender], n.finish - alpha);
         break;
       }
-      case NodeKind::Receive:
-      case NodeKind::Local:
+      case GraphNodeKind::Receive:
+      case GraphNodeKind::Local:
         n.start = n.earliest;
-        n.finish = std::max(n.start + n.occupancy, n.finishMin);
-        out->rankSeconds[n.receiver] = std::max(out->rankSeconds[n.receiver], n.finish);
+        n.finish = std::max(n.start + g.occupancy, n.finishMin);
+        out->rankSeconds[g.receiver] = std::max(out->rankSeconds[g.receiver], n.finish);
         break;
     }
     makespan = std::max(makespan, n.finish);
@@ -502,37 +509,38 @@ Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t r
     // How a dependent sees this node: a wire, from its sending rank, is done once the bytes have
     // left and has read its first slice without the latency; its receive sees the first slice
     // after lag and the whole at finish; receives and local steps likewise.
-    const bool wire = n.kind == NodeKind::Wire;
+    const bool wire = g.kind == GraphNodeKind::Wire;
     const double done = wire ? n.finish - alpha : n.finish;
-    const double first = n.start + n.lag - alpha;
+    const double first = n.start + g.lag - alpha;
     for (uint32_t k = edgeBegin[id]; k < edgeBegin[id + 1]; ++k) {
-      const uint32_t kind = edges[k] & kEdgeMask;
-      Node& d = nodes[edges[k] & ~kEdgeMask];
+      const uint32_t kind = edges[k] & kGraphEdgeMask;
+      const uint32_t to = edges[k] & ~kGraphEdgeMask;
+      State& d = state[to];
       switch (kind) {
-        case kEdgeWhole: d.earliest = std::max(d.earliest, done); break;
-        case kEdgeStream:
+        case kGraphEdgeWhole: d.earliest = std::max(d.earliest, done); break;
+        case kGraphEdgeStream:
           d.earliest = std::max(d.earliest, done);
           d.finishMin = std::max(d.finishMin, n.finish);
           break;
-        case kEdgeArrival:
-          d.earliest = std::max(d.earliest, n.start + n.lag);
+        case kGraphEdgeArrival:
+          d.earliest = std::max(d.earliest, n.start + g.lag);
           d.finishMin = std::max(d.finishMin, n.finish);
           break;
         default:
           d.earliest = std::max(d.earliest, first);
-          d.finishMin = std::max(d.finishMin, done + d.lag);
+          d.finishMin = std::max(d.finishMin, done + nodes[to].lag);
           break;
       }
-      if (--d.pending == 0) ready.push(readyAt(d.earliest, edges[k] & ~kEdgeMask));
+      if (--d.pending == 0) ready.push(readyAt(d.earliest, to));
     }
   }
   if (resolved != nodes.size()) {
-    for (const Node& n : nodes) {
-      if (n.pending == 0) continue;
-      const ModelStep& m = steps[n.firstStep];
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (state[i].pending == 0) continue;
       return makeError(collInternalError,
                        "schedule cost: %zu of %zu steps never become ready (a dependency cycle); e.g. rank %u step %u",
-                       nodes.size() - resolved, nodes.size(), m.rank, n.firstStep - rankBegin[m.rank]);
+                       nodes.size() - resolved, nodes.size(), nodes[i].sender,
+                       static_cast<uint32_t>(nodes[i].key & 0xffffffffu));
     }
   }
   out->seconds = makespan;

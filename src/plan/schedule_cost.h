@@ -108,6 +108,39 @@ struct CostResult {
 Status modelScheduleTime(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost, const LinkModel& model,
                          const CostOptions& options, CostResult* out);
 
+// The graph modelScheduleTime evaluates, for other evaluators of the same schedules (the fabric
+// simulator, src/sim): a wire per transfer (the Send step and its bytes in flight), a receive per
+// receive step, a node per non-inert local step; edges say how a dependent waits (schedule_cost.cc).
+enum class GraphNodeKind : uint8_t { Wire, Receive, Local };
+struct GraphNode {
+  double occupancy = 0;     // wire: port time at the class bandwidth; local: duration
+  double lag = 0;           // one slice of this node (wire: alpha included)
+  uint64_t bytes = 0;       // wire: bytes carried
+  uint64_t firstBytes = 0;  // wire: bytes of its first slice
+  uint64_t key = 0;         // tie order: (local index of the rank << 32) | step index in its schedule
+  uint32_t sender = 0;      // wire: evaluated sending rank; receive, local: the rank
+  uint32_t receiver = 0;    // wire: evaluated receiving rank (symmetric: host 0's translate)
+  int32_t peer = -1;        // wire: the global rank receiving (the Send step's peer)
+  uint32_t pending = 0;     // incoming edges
+  uint8_t cls = 0;          // wire: LinkClass
+  GraphNodeKind kind = GraphNodeKind::Local;
+};
+// An edge is the dependent node's index tagged (bits 30-31) with how it waits.
+inline constexpr uint32_t kGraphEdgeSlice = 0, kGraphEdgeWhole = 1u << 30, kGraphEdgeStream = 2u << 30,
+                          kGraphEdgeArrival = 3u << 30, kGraphEdgeMask = 3u << 30;
+struct ScheduleGraph {
+  std::vector<GraphNode> nodes;
+  std::vector<uint32_t> edgeBegin;  // CSR by source node
+  std::vector<uint32_t> edges;
+  int32_t nranks = 0;
+  int32_t ranksPerHost = 0;
+  int32_t ranksEvaluated = 0;
+};
+// Builds the graph of one collective as modelScheduleTime does (same checks and errors); `out`
+// gets everything but the times.
+Status buildScheduleGraph(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost, const LinkModel& model,
+                          const CostOptions& options, ScheduleGraph* graph, CostResult* out);
+
 // Steps of rank 0's schedule times nranks: what an exact evaluation would hold (to choose a mode).
 uint64_t estimateTotalSteps(const ScheduleBuilder& build, int32_t nranks, int32_t ranksPerHost);
 
