@@ -12,6 +12,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   local.port = 1;
   local.ethernet = data[0] & 1;
   local.gidType = local.ethernet ? "RoCE v2" : "IB";
-  (void)coll::checkIbConnectInfo(data + 1, size - 1, local, 1);
+  (void)coll::checkIbConnectInfo(data + 1, size - 1, std::span<const coll::IbPortInfo>(&local, 1), 1);
   return 0;
 }

@@ -41,26 +41,47 @@ const char* wcStatusName(ibv_wc_status s) {
 }  // namespace
 
 IbConnection::~IbConnection() {
-  if (device_) device_->removeConnection(this);
+  for (Rail& R : rails_) R.device->removeConnection(this);
   for (Qp& q : qps_) {
     if (q.qp) api_->destroyQp(q.qp);
   }
   for (ibv_qp* qp : unusedQps_) api_->destroyQp(qp);
-  if (cq_) api_->destroyCq(cq_);
-  auto release = [&](void* p, size_t bytes) {
-    if (p == nullptr) return;
-    device_->mrCache().evict(p, bytes);
-    free(p);
-  };
-  if (device_) {
-    release(sendRing_, ringAlloc_);
-    release(recvRing_, ringAlloc_);
-    release(const_cast<uint64_t*>(credit_), 4096);
-    release(creditSrc_, creditSrcBytes_);
+  for (Rail& R : rails_) {
+    if (R.cq) api_->destroyCq(R.cq);
   }
+  release(sendRing_, ringAlloc_);
+  release(recvRing_, ringAlloc_);
+  release(const_cast<uint64_t*>(credit_), 4096);
+  release(creditSrc_, creditSrcBytes_);
 }
 
-std::string IbConnection::where() const { return device_->name() + " to rank " + std::to_string(peer_); }
+void IbConnection::release(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  for (Rail& R : rails_) R.device->mrCache().evict(p, bytes);
+  free(p);
+}
+
+std::string IbConnection::where() const {
+  std::string s;
+  const int n = usedRails_ > 0 ? usedRails_ : static_cast<int>(rails_.size());
+  for (int r = 0; r < n; ++r) s += (r ? "+" : "") + rails_[r].device->name();
+  return s + " to rank " + std::to_string(peer_);
+}
+
+std::string IbConnection::railWhere(int rail) const {
+  return rails_[static_cast<size_t>(rail)].device->name() + " to rank " + std::to_string(peer_);
+}
+
+bool IbConnection::ownsCq(const ibv_cq* cq) const {
+  for (const Rail& R : rails_)
+    if (R.cq == cq) return true;
+  return false;
+}
+
+void IbConnection::onCqEvent(const ibv_cq* cq) {
+  for (Rail& R : rails_)
+    if (R.cq == cq) R.armed = false;
+}
 
 bool IbConnection::ownsQp(const ibv_qp* qp) const {
   for (const Qp& q : qps_)
@@ -101,8 +122,9 @@ Status IbConnection::protocolError(const char* what, unsigned long long a, unsig
 
 Status IbConnection::completionError(const ibv_wc& wc) {
   // A port that went down flushes everything: report the cause, not the flush.
-  device_->pollAsyncEvents();
-  if (device_->failed()) return device_->failure();
+  IbDevice* device = rails_[static_cast<size_t>(qps_[wc.wr_id & kQpMask].rail)].device.get();
+  device->pollAsyncEvents();
+  if (device->failed()) return device->failure();
   const bool recv = (wc.wr_id & kRecvBit) != 0;
   const char* op = recv ? "receiving an RDMA write from" : "an RDMA write to";
   const unsigned vendor = wc.vendor_err;
@@ -112,32 +134,31 @@ Status IbConnection::completionError(const ibv_wc& wc) {
                        "%s: %s rank %d failed: %s (vendor error 0x%x): the peer stopped "
                        "acknowledging (it exited, or the fabric drops packets); check that rank's log and the link. "
                        "COLL_IB_TIMEOUT=%d and COLL_IB_RETRY_CNT=%d set how long the HCA retries",
-                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor, options_.timeout,
+                       device->name().c_str(), op, peer_, wcStatusName(wc.status), vendor, options_.timeout,
                        options_.retryCount);
     case IBV_WC_RNR_RETRY_EXC_ERR:
       return makeError(collRemoteError,
                        "%s: %s rank %d failed: %s: the peer had no receive posted (is it still "
                        "running?); check that rank's log",
-                       device_->name().c_str(), op, peer_, wcStatusName(wc.status));
+                       device->name().c_str(), op, peer_, wcStatusName(wc.status));
     case IBV_WC_REM_ACCESS_ERR:
     case IBV_WC_REM_INV_REQ_ERR:
     case IBV_WC_REM_OP_ERR:
       return makeError(collRemoteError,
                        "%s: %s rank %d failed: %s (vendor error 0x%x): the peer refused the "
                        "write (its ring was deregistered: it exited or aborted?); check that rank's log",
-                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), vendor);
+                       device->name().c_str(), op, peer_, wcStatusName(wc.status), vendor);
     case IBV_WC_WR_FLUSH_ERR:
       return makeError(collRemoteError,
                        "%s: %s rank %d was flushed: the queue pair went into the error state "
                        "(the peer failed or the link broke); check that rank's log, the link (`ibv_devinfo`) and "
                        "COLL_IB_HCA",
-                       device_->name().c_str(), op, peer_);
+                       device->name().c_str(), op, peer_);
     default:
       return makeError(collSystemError,
                        "%s: %s rank %d failed: %s (status %d, vendor error 0x%x); check the "
                        "device with `ibv_devinfo` and COLL_IB_HCA",
-                       device_->name().c_str(), op, peer_, wcStatusName(wc.status), static_cast<int>(wc.status),
-                       vendor);
+                       device->name().c_str(), op, peer_, wcStatusName(wc.status), static_cast<int>(wc.status), vendor);
   }
 }
 
@@ -152,13 +173,15 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
     // orderly close that is no error by itself (the bytes it sent are all here). checkHealth()
     // reports it if this rank still waits for the peer; a data write that fails is an error.
     if (credit && wc.status != IBV_WC_WR_FLUSH_ERR && closedReason_.ok()) {
-      device_->pollAsyncEvents();
-      if (device_->failed()) return device_->failure();
-      closedReason_ = makeError(collRemoteError,
-                                "%s: rank %d closed its end of the connection or died (a credit "
-                                "write failed: %s); check that rank's log and the link (COLL_IB_TIMEOUT=%d and "
-                                "COLL_IB_RETRY_CNT=%d set how soon a dead peer is noticed)",
-                                where().c_str(), peer_, wcStatusName(wc.status), options_.timeout, options_.retryCount);
+      IbDevice& device = *rails_[static_cast<size_t>(Q.rail)].device;
+      device.pollAsyncEvents();
+      if (device.failed()) return device.failure();
+      closedReason_ =
+          makeError(collRemoteError,
+                    "%s: rank %d closed its end of the connection or died (a credit "
+                    "write failed: %s); check that rank's log and the link (COLL_IB_TIMEOUT=%d and "
+                    "COLL_IB_RETRY_CNT=%d set how soon a dead peer is noticed)",
+                    railWhere(Q.rail).c_str(), peer_, wcStatusName(wc.status), options_.timeout, options_.retryCount);
     }
     if (!closedReason_.ok() && (recv || credit)) {
       if (!recv) reap(Q, wc.wr_id >> 8);
@@ -177,7 +200,7 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
     if (len == 0 || pos + len > chunkEnd || pos + len > ring_.limit(consumed_)) {
       return protocolError("write length beyond its chunk or credit (length, stream position)", len, pos);
     }
-    Q.recvPos = pos + len == chunkEnd ? chunkEnd + skip_ : pos + len;
+    Q.recvPos = pos + len == chunkEnd ? pattern_->nextOnLane(pos / chunk_) * chunk_ : pos + len;
     ++Q.recvsDone;
     ++reposts[q];
     return okStatus();
@@ -204,12 +227,14 @@ void IbConnection::reap(Qp& Q, uint64_t seq) {
 Status IbConnection::pollCompletions(bool* progressed) {
   int reposts[kIbMaxQps] = {};
   ibv_wc wc[kPollBatch];
-  for (;;) {
-    const int n = api_->pollCq(cq_, kPollBatch, wc);
-    if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", where().c_str());
-    for (int i = 0; i < n; ++i) COLL_TRY(handleCompletion(wc[i], reposts));
-    if (n > 0) *progressed = true;
-    if (n < kPollBatch) break;
+  for (int r = 0; r < usedRails_; ++r) {
+    for (;;) {
+      const int n = api_->pollCq(rails_[r].cq, kPollBatch, wc);
+      if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", railWhere(r).c_str());
+      for (int i = 0; i < n; ++i) COLL_TRY(handleCompletion(wc[i], reposts));
+      if (n > 0) *progressed = true;
+      if (n < kPollBatch) break;
+    }
   }
   uint64_t minRecv = UINT64_MAX;
   for (int q = 0; q < nqps_; ++q) {
@@ -301,8 +326,9 @@ Status IbConnection::postData(bool* progressed) {
   const uint64_t sendLimit = static_cast<uint64_t>(sendDepth_) - 1;  // one slot kept for credits
   while (posted_ < committed_) {
     const uint64_t chunkIndex = posted_ / chunk_;
-    const int q = static_cast<int>(chunkIndex % static_cast<uint64_t>(nqps_));
+    const int q = static_cast<int>(pattern_->laneOf(chunkIndex));
     Qp& Q = qps_[q];
+    Rail& R = rails_[static_cast<size_t>(Q.rail)];
     const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, ring_.limit(peerConsumed_)});
     if (end <= posted_) break;  // the peer's ring is full
     if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
@@ -310,10 +336,11 @@ Status IbConnection::postData(bool* progressed) {
     const uint64_t offset = ring_.offset(posted_);
     // The last write a QP gets from the committed bytes is signaled: each QP's completions free
     // only its own writes, and sendsFlushed() needs them all.
-    const uint64_t nextOnQp = (end & (chunk_ - 1)) == 0 ? end + skip_ : end;
-    COLL_TRY(postWrite(q, reinterpret_cast<uint64_t>(sendRing_ + offset), sendMr_->lkey,
-                       static_cast<uint32_t>(end - posted_), peerRingAddr_ + offset, peerRingRkey_, true, posted_,
+    const uint64_t nextOnQp = (end & (chunk_ - 1)) == 0 ? pattern_->nextOnLane(chunkIndex) * chunk_ : end;
+    COLL_TRY(postWrite(q, reinterpret_cast<uint64_t>(sendRing_ + offset), R.sendMr->lkey,
+                       static_cast<uint32_t>(end - posted_), peerRingAddr_ + offset, R.peerRingRkey, true, posted_,
                        nextOnQp >= committed_));
+    R.bytesSent += end - posted_;
     posted_ = end;
     *progressed = true;
   }
@@ -321,7 +348,8 @@ Status IbConnection::postData(bool* progressed) {
 }
 
 Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool forceSignal) {
-  Qp& Q0 = qps_[0];
+  Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
+  const Rail& R = rails_[static_cast<size_t>(Q0.rail)];
   uint64_t inlineBlock[1 + kIbMaxQps];
   const bool inl = creditBlockBytes_ <= maxInline_;
   // Not inline: one source block per send-queue slot, so a block is not rewritten while queued.
@@ -329,8 +357,8 @@ Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool 
       inl ? inlineBlock : creditSrc_ + (Q0.postedWrs % static_cast<uint64_t>(sendDepth_)) * (1 + kIbMaxQps);
   block[0] = consumed;
   for (int q = 0; q < nqps_; ++q) block[1 + q] = useRecvsDone ? qps_[q].recvsDone : qps_[q].recvsPublished;
-  return postWrite(0, reinterpret_cast<uint64_t>(block), inl ? 0 : creditSrcMr_->lkey,
-                   static_cast<uint32_t>(creditBlockBytes_), peerCreditAddr_, peerCreditRkey_, false, 0, forceSignal);
+  return postWrite(creditLane_, reinterpret_cast<uint64_t>(block), inl ? 0 : R.creditSrcMr->lkey,
+                   static_cast<uint32_t>(creditBlockBytes_), peerCreditAddr_, R.peerCreditRkey, false, 0, forceSignal);
 }
 
 Status IbConnection::publishCredits() {
@@ -340,7 +368,7 @@ Status IbConnection::publishCredits() {
   const uint64_t recvThreshold = static_cast<uint64_t>(std::max(1, recvDepth_ / 2));
   for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
   if (!due || !closedReason_.ok()) return okStatus();
-  Qp& Q0 = qps_[0];
+  Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
   if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();  // next time
   COLL_TRY(postCreditBlock(consumed_, true, false));
   consumedPublished_ = consumed_;
@@ -353,7 +381,7 @@ Status IbConnection::probePeer() {
   // A rank that only waits for data would never notice a dead peer (it posts nothing that could
   // fail): while idle, keep one signaled credit write in flight. It repeats values the peer
   // already has, so a live peer ignores it; a dead one fails it after the HCA's retries.
-  Qp& Q0 = qps_[0];
+  Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
   if (!closedReason_.ok() || Q0.signaledUpTo > Q0.reapedWrs) return okStatus();
   if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();
   return postCreditBlock(consumedPublished_, false, true);
@@ -370,7 +398,9 @@ void IbConnection::updateSendDone() {
 
 Status IbConnection::progress(bool* progressed) {
   bool any = false;
-  if (error_.ok() && device_->failed()) setError(device_->failure());
+  for (int r = 0; r < usedRails_ && error_.ok(); ++r) {
+    if (rails_[r].device->failed()) setError(rails_[r].device->failure());
+  }
   if (error_.ok()) {
     Status st = pollCompletions(&any);
     if (st.ok()) st = postData(&any);
@@ -387,8 +417,11 @@ Status IbConnection::progress(bool* progressed) {
 }
 
 Status IbConnection::checkHealth() {
-  if (error_.ok()) device_->pollAsyncEvents();
-  if (error_.ok() && device_->failed()) setError(device_->failure());
+  for (int r = 0; r < usedRails_ && error_.ok(); ++r) {
+    IbDevice& device = *rails_[r].device;
+    device.pollAsyncEvents();
+    if (device.failed()) setError(device.failure());
+  }
   if (error_.ok()) {
     bool any = false;
     Status st = pollCompletions(&any);
@@ -403,7 +436,7 @@ Status IbConnection::checkHealth() {
         if (ch < 0x20 || ch > 0x7e) ch = '?';
       peerNotified_ = true;  // it knows
       setError(makeError(collRemoteError, "%s: rank %d reported that its ib connection to this rank failed: %s",
-                         device_->name().c_str(), peer_, text.c_str()));
+                         where().c_str(), peer_, text.c_str()));
     }
   }
   if (!error_.ok()) {
@@ -416,20 +449,22 @@ Status IbConnection::checkHealth() {
 bool IbConnection::creditBlocked() const {
   if (posted_ >= committed_ || !error_.ok()) return false;
   if (ring_.freeBytes(posted_, peerConsumed_) == 0) return true;
-  const Qp& Q = qps_[(posted_ / chunk_) % static_cast<uint64_t>(nqps_)];
+  const Qp& Q = qps_[pattern_->laneOf(posted_ / chunk_)];
   return Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_);
 }
 
 bool IbConnection::armAndPoll() {
   if (!error_.ok()) return true;
-  if (!armed_) {
-    const int rc = api_->reqNotifyCq(cq_, 0);
+  for (int r = 0; r < usedRails_; ++r) {
+    Rail& R = rails_[r];
+    if (R.armed) continue;
+    const int rc = api_->reqNotifyCq(R.cq, 0);
     if (rc != 0) {
-      setError(makeError(collSystemError, "%s: arming the completion queue failed: %s", where().c_str(),
+      setError(makeError(collSystemError, "%s: arming the completion queue failed: %s", railWhere(r).c_str(),
                          errnoText(rc).c_str()));
       return true;
     }
-    armed_ = true;
+    R.armed = true;
   }
   // A completion that arrived before the arming raises no event: look once more.
   bool any = false;

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "src/oob/bootstrap.h"
 #include "transports/ib/verbs_api.h"
 #include "transports/stream_ring.h"
+#include "transports/stripe_pattern.h"
 #include "transports/transport.h"
 
 namespace coll {
@@ -28,7 +30,8 @@ constexpr uint32_t kIbTagBase = 0x49420000u;
 constexpr uint32_t kIbTagInfo = kIbTagBase + 0;
 constexpr uint32_t kIbTagReady = kIbTagBase + 1;
 constexpr uint32_t kIbTagFailure = kIbTagBase + 2;
-constexpr int kIbMaxQps = 16;
+constexpr int kIbMaxQps = 16;  // queue pairs of a connection over all its rails together
+constexpr int kIbMaxRails = 8;
 
 // COLL_IB_HCA: "mlx5_0:1,mlx5_1" (prefixes, optional port), "^..." excludes, "=..." matches whole
 // names; "^=..." does both. An empty filter matches everything.
@@ -47,7 +50,8 @@ Status parseIbHcaList(const std::string& text, IbHcaFilter* out);
 struct IbOptions {
   std::string hca;                  // COLL_IB_HCA
   int gidIndex = -1;                // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
-  int qps = 2;                      // COLL_IB_QPS_PER_CONNECTION
+  int qps = 2;                      // COLL_IB_QPS_PER_CONNECTION (per rail)
+  int rails = 1;                    // COLL_IB_RAILS: ports per connection; 0: every admitted active port
   int trafficClass = 0;             // the communicator's, else COLL_IB_TC (GRH: RoCE only)
   int serviceLevel = 0;             // COLL_IB_SL
   int timeout = 20;                 // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
@@ -75,12 +79,14 @@ struct IbPortInfo {
   std::string gidType;  // "RoCE v2", "RoCE v1", "IB"
   uint16_t lid = 0;
   ibv_mtu activeMtu = IBV_MTU_1024;
+  uint32_t rateMbps = 0;         // signalling rate (width x lane speed); 0: unknown. Weighs the rail.
   std::string describe() const;  // "mlx5_0:1 RoCE v2 (GID index 3)"
 };
 
-// The connection data a peer sends over the bootstrap (QPNs, PSNs, GID/LID, MTU, ring addresses):
-// remote bytes, checked field by field against this port before any is used (tests/fuzz calls it too).
-Status checkIbConnectInfo(const uint8_t* bytes, size_t size, const IbPortInfo& local, int peer);
+// The connection data a peer sends over the bootstrap (per rail: QPNs, PSNs, GID/LID, MTU, rate,
+// keys; ring addresses): remote bytes, checked field by field against this rank's rails (as many
+// as both have) before any is used (tests/fuzz calls it too).
+Status checkIbConnectInfo(const uint8_t* bytes, size_t size, std::span<const IbPortInfo> local, int peer);
 
 // Registration cache: a buffer range is registered once and found again by address; evict()
 // (memory about to be freed) and the destructor deregister. dmabuf regions (GPU memory exported
@@ -131,6 +137,10 @@ class IbDevice {
   // Discovery: the first active port that COLL_IB_HCA admits, and its GID. The error says what
   // to check ("no RDMA device ...").
   static Status open(const VerbsApi& api, const IbOptions& options, std::shared_ptr<IbDevice>* out);
+  // The rails of a connection: options.rails active ports that COLL_IB_HCA admits (every one for
+  // 0), each opened as its own device. Fewer than asked for is an error naming every port looked
+  // at and why it was not taken, as is a COLL_IB_HCA name that no device has.
+  static Status openRails(const VerbsApi& api, const IbOptions& options, std::vector<std::shared_ptr<IbDevice>>* out);
   ~IbDevice();
   IbDevice(const IbDevice&) = delete;
   IbDevice& operator=(const IbDevice&) = delete;
@@ -159,6 +169,7 @@ class IbDevice {
 
  private:
   IbDevice(const VerbsApi& api) : api_(api) {}
+  Status finishOpen();  // protection domain, completion channel, registration cache
   const VerbsApi& api_;
   ibv_context* context_ = nullptr;
   ibv_pd* pd_ = nullptr;
@@ -173,11 +184,14 @@ class IbDevice {
   std::vector<IbConnection*> sleepScratch_;  // prepareSleep's copy (no allocation per sleep)
 };
 
-// A connection to one peer over `qps` RC queue pairs. The byte stream lives in a send staging ring
-// here and a receive ring at the peer of the same size R (a power of two); byte k of the stream is
-// at offset k mod R in both. It is cut into chunks of C bytes (C divides R); chunk i travels on
-// QP i mod qps as RDMA writes with immediate (the immediate is the write's length), so each QP
-// carries its chunks in order and the receiver advances per QP as over TCP's striped sockets.
+// A connection to one peer over one or more rails (ports, each its own opened device) and `qps` RC
+// queue pairs on each: its lanes, numbered rail-major. The byte stream lives in a send staging ring
+// here and a receive ring at the peer of the same size R (a power of two), both registered with
+// every rail; byte k of the stream is at offset k mod R in both. It is cut into chunks of C bytes
+// (C divides R); chunk i travels on lane pattern.laneOf(i) (stripe_pattern.h: round-robin over
+// the lanes, rails weighted by their agreed rate) as RDMA writes with immediate (the immediate is
+// the write's length), so each lane carries its chunks in order and the receiver advances per
+// lane as over TCP's striped sockets.
 // Flow control: the receiver RDMA-writes its consumed position and, per QP, the receives it has
 // reposted into the sender's credit block; the sender never writes past consumed + R nor more
 // writes with immediate than the peer has receives posted.
@@ -201,7 +215,11 @@ class IbConnection final : public Connection {
   bool sendsFlushed() const override { return sendDone_ >= committed_ || !error_.ok(); }
   uint64_t flushedBytes() const override { return error_.ok() ? sendDone_ : committed_; }
 
-  int qps() const { return nqps_; }
+  int qps() const { return nqps_; }  // lanes: queue pairs over all rails
+  int rails() const { return static_cast<int>(rails_.size()); }
+  std::string railName(int rail) const { return rails_[static_cast<size_t>(rail)].device->name(); }
+  // Stream bytes handed to the rail's HCA so far: how the stripes were spread.
+  uint64_t railBytesSent(int rail) const { return rails_[static_cast<size_t>(rail)].bytesSent; }
   uint64_t ringBytes() const { return ring_.capacity(); }
   uint64_t chunkBytes() const { return chunk_; }
   uint32_t maxInline() const { return maxInline_; }
@@ -212,19 +230,35 @@ class IbConnection final : public Connection {
   // more (true: something arrived, do not sleep).
   bool creditBlocked() const;
   bool armAndPoll();
-  void onCqEvent() { armed_ = false; }
-  ibv_cq* cq() const { return cq_; }
+  void onCqEvent(const ibv_cq* cq);
+  bool ownsCq(const ibv_cq* cq) const;
   bool ownsQp(const ibv_qp* qp) const;
   // An async event (QP fatal, CQ error, port down) failed this connection.
   void fail(const Status& status);
 
  private:
-  friend Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, int peer,
+  friend Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>> devices, int peer,
                           const IbOptions& options, Deadline deadline, std::unique_ptr<IbConnection>* out);
   IbConnection() = default;
 
+  // One port: its CQ (a CQ belongs to one device), the rings' registrations with its protection
+  // domain, and the peer's keys for its rings on the matching port.
+  struct Rail {
+    std::shared_ptr<IbDevice> device;
+    ibv_cq* cq = nullptr;
+    bool armed = false;
+    ibv_mr* sendMr = nullptr;
+    ibv_mr* recvMr = nullptr;
+    ibv_mr* creditMr = nullptr;
+    ibv_mr* creditSrcMr = nullptr;
+    uint32_t peerRingRkey = 0;
+    uint32_t peerCreditRkey = 0;
+    uint64_t bytesSent = 0;
+  };
+
   struct Qp {
     ibv_qp* qp = nullptr;
+    int rail = 0;
     uint64_t postedWrs = 0;     // work requests posted (data and credit)
     uint64_t reapedWrs = 0;     // of them, known complete (signaled completion reaped)
     uint64_t signaledUpTo = 0;  // 1 + sequence of the last signaled one
@@ -255,18 +289,19 @@ class IbConnection final : public Connection {
   Status protocolError(const char* what, unsigned long long a, unsigned long long b);
   void setError(const Status& status);
   void notifyPeerOnce();
-  std::string where() const;  // "mlx5_0:1 to rank 3"
+  std::string where() const;              // "mlx5_0:1 to rank 3", "mlx5_0:1+mlx5_1:1 to rank 3"
+  std::string railWhere(int rail) const;  // "mlx5_1:1 to rank 3"
+  void release(void* p, size_t bytes);
   void updateSendDone();
 
-  std::shared_ptr<IbDevice> device_;
+  std::vector<Rail> rails_;
   Bootstrap* bootstrap_ = nullptr;
   const VerbsApi* api_ = nullptr;
   int peer_ = -1;
-  int nqps_ = 0;
+  int nqps_ = 0;       // lanes
+  int usedRails_ = 0;  // rails_[0, usedRails_) carry lanes; the rest the peer lacks
   std::vector<Qp> qps_;
   std::vector<ibv_qp*> unusedQps_;  // created beyond what the peer agreed to
-  ibv_cq* cq_ = nullptr;
-  bool armed_ = false;
   int cqEntries_ = 0;
   int sendDepth_ = 0;
   int recvDepth_ = 0;      // receives posted per QP here
@@ -277,24 +312,19 @@ class IbConnection final : public Connection {
 
   StreamRing ring_;         // R, of both rings at both ends
   uint64_t chunk_ = 0;      // C
-  uint64_t skip_ = 0;       // (qps - 1) * C: from the end of a chunk to the QP's next one
+  std::unique_ptr<StripePattern> pattern_;  // chunk -> lane
+  int creditLane_ = 0;                      // the lane credit writes and probes go on
   uint64_t ringAlloc_ = 0;  // bytes allocated for each ring (at least ring_)
   size_t creditSrcBytes_ = 0;
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;
-  ibv_mr* sendMr_ = nullptr;
-  ibv_mr* recvMr_ = nullptr;
   // Credit block written here by the peer: [0] its consumed position, [1 + q] its receives done.
   volatile uint64_t* credit_ = nullptr;
-  ibv_mr* creditMr_ = nullptr;
   // Sources of credit writes when they cannot go inline: one block per send-queue slot of QP 0.
   uint64_t* creditSrc_ = nullptr;
-  ibv_mr* creditSrcMr_ = nullptr;
   size_t creditBlockBytes_ = 0;
   uint64_t peerRingAddr_ = 0;
-  uint32_t peerRingRkey_ = 0;
   uint64_t peerCreditAddr_ = 0;
-  uint32_t peerCreditRkey_ = 0;
 
   uint64_t committed_ = 0;
   uint64_t posted_ = 0;    // every byte before this was handed to the HCA
@@ -309,7 +339,13 @@ class IbConnection final : public Connection {
   bool peerNotified_ = false;
 };
 
-Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, int peer, const IbOptions& options,
-                 Deadline deadline, std::unique_ptr<IbConnection>* out);
+// Over every rail in `devices` (at least one; rail r pairs with the peer's rail r, and the pair
+// uses as many rails as both have).
+Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>> devices, int peer,
+                 const IbOptions& options, Deadline deadline, std::unique_ptr<IbConnection>* out);
+inline Status connectIb(Bootstrap& bootstrap, const std::shared_ptr<IbDevice>& device, int peer,
+                        const IbOptions& options, Deadline deadline, std::unique_ptr<IbConnection>* out) {
+  return connectIb(bootstrap, std::span<const std::shared_ptr<IbDevice>>(&device, 1), peer, options, deadline, out);
+}
 
 }  // namespace coll
