@@ -77,4 +77,73 @@ struct StripePattern {
   }
 };
 
+// The chunk -> lane map of a connection over time: a pattern from chunk 0, and a new one from an
+// agreed chunk on whenever the lanes change (a rail lost). Each segment's pattern numbers its own
+// lanes; `laneIds` maps them to the connection's. Positions before a switch keep the old map, so
+// both ends still agree on where every earlier byte went.
+class StripeSchedule {
+ public:
+  static constexpr uint64_t kNone = UINT64_MAX;
+
+  void switchAt(uint64_t startChunk, StripePattern pattern, std::vector<uint32_t> laneIds) {
+    Segment s{startChunk, std::move(pattern), std::move(laneIds), {}};
+    uint32_t maxLane = 0;
+    for (uint32_t id : s.laneIds) maxLane = std::max(maxLane, id);
+    s.local.assign(maxLane + 1, kAbsent);
+    for (uint32_t l = 0; l < s.laneIds.size(); ++l) s.local[s.laneIds[l]] = l;
+    segments_.push_back(std::move(s));
+  }
+  bool empty() const { return segments_.empty(); }
+  const StripePattern& first() const { return segments_.front().pattern; }
+
+  uint32_t laneOf(uint64_t chunk) const {
+    const Segment& s = segmentOf(chunk);
+    return s.laneIds[s.pattern.laneOf(chunk - s.start)];
+  }
+  // The next chunk after `chunk` on the same lane; kNone when a switch dropped that lane.
+  uint64_t nextOnLane(uint64_t chunk) const {
+    const size_t k = indexOf(chunk);
+    const Segment& s = segments_[k];
+    const uint64_t next = s.start + s.pattern.nextOnLane(chunk - s.start);
+    if (k + 1 < segments_.size() && next >= segments_[k + 1].start) {
+      return firstFrom(k + 1, segments_[k + 1].start, s.laneIds[s.pattern.laneOf(chunk - s.start)]);
+    }
+    return next;
+  }
+  // The first chunk at or after `chunk` that travels on `lane`; kNone when none does.
+  uint64_t firstOnLaneFrom(uint64_t chunk, uint32_t lane) const { return firstFrom(indexOf(chunk), chunk, lane); }
+
+ private:
+  static constexpr uint32_t kAbsent = UINT32_MAX;
+  struct Segment {
+    uint64_t start;
+    StripePattern pattern;
+    std::vector<uint32_t> laneIds;
+    std::vector<uint32_t> local;  // connection lane -> this segment's lane, kAbsent when not in it
+  };
+  size_t indexOf(uint64_t chunk) const {
+    size_t k = segments_.size() - 1;
+    while (k > 0 && chunk < segments_[k].start) --k;
+    return k;
+  }
+  const Segment& segmentOf(uint64_t chunk) const { return segments_[indexOf(chunk)]; }
+  uint64_t firstFrom(size_t k, uint64_t chunk, uint32_t lane) const {
+    for (; k < segments_.size(); ++k) {
+      const Segment& s = segments_[k];
+      chunk = std::max(chunk, s.start);
+      const uint32_t local = lane < s.local.size() ? s.local[lane] : kAbsent;
+      if (local != kAbsent) {
+        const size_t n = s.pattern.size();
+        const uint64_t rel = chunk - s.start;
+        size_t d = 0;
+        while (s.pattern.lane[(rel + d) % n] != local) ++d;
+        const uint64_t found = chunk + d;
+        if (k + 1 >= segments_.size() || found < segments_[k + 1].start) return found;
+      }
+    }
+    return kNone;
+  }
+  std::vector<Segment> segments_;
+};
+
 }  // namespace coll

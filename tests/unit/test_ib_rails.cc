@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "src/base/log.h"
 #include "tests/ib_double/verbs_double.h"
 #include "tests/unit/stream_pump.h"
 #include "transports/ib/ib_transport.h"
@@ -227,6 +230,86 @@ TEST_F(IbRails, ARailThatNeverCameUpIsNamed) {
   EXPECT_NE(st.message().find("verbsdouble1:1 DOWN"), std::string::npos) << st.message();
   api.closeDevice(keep);
   api.freeDeviceList(list);
+}
+
+// Warnings, captured (the log sink is process-wide).
+std::mutex gLogMu;
+std::vector<std::string> gLog;
+void captureLog(LogLevel level, const char* message) {
+  std::lock_guard<std::mutex> lock(gLogMu);
+  if (level == LogLevel::Warn) gLog.push_back(message);
+}
+std::string loggedLine(const std::string& needle) {
+  std::lock_guard<std::mutex> lock(gLogMu);
+  for (const std::string& line : gLog) {
+    if (line.find(needle) != std::string::npos) return line;
+  }
+  return std::string();
+}
+
+// Streams `total` bytes each way; rank 0 takes down the port of each device in `kill` once it
+// has received `after` bytes (both ranks' ends of that rail share the device in this process).
+void pumpAndLoseRails(const IbOptions& o, uint64_t total, uint64_t after, std::vector<int> kill, bool ok[2],
+                      std::string errors[2], Status results[2], std::vector<uint64_t> bytes[2]) {
+  withRailPair(
+      o,
+      [&](int r, IbConnection* c) {
+        bool injected = false;
+        auto idle = [&] {
+          if (r == 0 && !injected && c->receivedBytes() >= after) {
+            injected = true;
+            for (int d : kill) testing::injectVerbsDeviceFault(testing::VerbsFault::PortDown, d);
+          }
+          std::this_thread::yield();
+        };
+        ok[r] = pumpStream(c, total, 500 + r, 501 - r, r, 100000, &errors[r], idle);
+        for (int i = 0; i < c->rails(); ++i) bytes[r].push_back(c->railBytesSent(i));
+      },
+      results);
+}
+
+class IbRailLoss : public IbRails, public ::testing::WithParamInterface<int> {};
+
+TEST_P(IbRailLoss, TrafficMovesToTheOtherRailsBitExact) {
+  const int n = GetParam();
+  {
+    std::lock_guard<std::mutex> lock(gLogMu);
+    gLog.clear();
+  }
+  setLogSink(captureLog);
+  const uint64_t total = 32 << 20;
+  bool ok[2] = {false, false};
+  std::string errors[2];
+  Status results[2];
+  std::vector<uint64_t> bytes[2];
+  pumpAndLoseRails(railOptions(n), total, total / 4, {1}, ok, errors, results, bytes);
+  setLogSink(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+    ASSERT_EQ(bytes[r].size(), static_cast<size_t>(n));
+    // The lost rail stopped early; the others carried the rest (and the repairs).
+    uint64_t others = 0;
+    for (int i = 0; i < n; ++i) others += i == 1 ? 0 : bytes[r][i];
+    EXPECT_LT(bytes[r][1], total / 2) << "rank " << r;
+    EXPECT_GE(others + bytes[r][1], total) << "rank " << r;
+  }
+  EXPECT_NE(loggedLine("lost rail verbsdouble1:1"), "");
+}
+INSTANTIATE_TEST_SUITE_P(Rails, IbRailLoss, ::testing::Values(2, 4));
+
+TEST_F(IbRails, EveryRailLostFailsNamingThem) {
+  bool ok[2] = {false, false};
+  std::string errors[2];
+  Status results[2];
+  std::vector<uint64_t> bytes[2];
+  pumpAndLoseRails(railOptions(2), 16 << 20, 1 << 20, {1, 0}, ok, errors, results, bytes);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_FALSE(ok[r]);
+    EXPECT_NE(errors[r].find("verbsdouble0:1"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("verbsdouble1:1"), std::string::npos) << errors[r];
+  }
 }
 
 }  // namespace

@@ -317,10 +317,15 @@ Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>
   std::vector<uint64_t> rates;
   for (int r = 0; r < agreedRails; ++r) rates.push_back(std::min(ports[r].rateMbps, theirs.rail[r].rateMbps));
   const std::vector<uint32_t> weights = stripeWeights(rates);
-  c->pattern_ = std::make_unique<StripePattern>(weights, static_cast<uint32_t>(perRail));
+  c->perRail_ = perRail;
+  for (int r = 0; r < agreedRails; ++r) c->rails_[r].weight = weights[r];
+  std::vector<uint32_t> laneIds(static_cast<size_t>(nlanes));
+  for (int l = 0; l < nlanes; ++l) laneIds[l] = static_cast<uint32_t>(l);
+  c->sendMap_.switchAt(0, StripePattern(weights, static_cast<uint32_t>(perRail)), laneIds);
+  c->recvMap_.switchAt(0, StripePattern(weights, static_cast<uint32_t>(perRail)), laneIds);
   c->ring_ = StreamRing(std::min(ownRing, uint64_t{1} << theirs.h.ringLog2));
-  c->chunk_ =
-      std::clamp<uint64_t>(floorPow2(c->ringBytes() / (2 * static_cast<uint64_t>(c->pattern_->size()))), 64, kMaxChunk);
+  c->chunk_ = std::clamp<uint64_t>(floorPow2(c->ringBytes() / (2 * static_cast<uint64_t>(c->sendMap_.first().size()))),
+                                   64, kMaxChunk);
   c->peerRecvDepth_ = static_cast<int>(theirs.h.recvDepth);
   c->creditBlockBytes_ = sizeof(uint64_t) * (1 + static_cast<size_t>(nlanes));
   c->peerRingAddr_ = theirs.h.ringAddr;
@@ -338,7 +343,7 @@ Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>
     const int q = lane % perRail;
     const IbPortInfo& port = ports[r];
     const IbWireRail& w = theirs.rail[r];
-    Q.recvPos = static_cast<uint64_t>(c->pattern_->first[lane]) * c->chunk_;
+    Q.recvPos = static_cast<uint64_t>(c->recvMap_.first().first[lane]) * c->chunk_;
     Q.inflight.assign(static_cast<size_t>(c->sendDepth_), {0, 0});
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;

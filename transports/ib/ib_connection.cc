@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "src/base/log.h"
 #include "transports/ib/ib_transport.h"
@@ -19,6 +20,21 @@ constexpr uint64_t kRecvBit = uint64_t{1} << 7;
 constexpr uint64_t kCreditBit = uint64_t{1} << 6;
 constexpr uint64_t kQpMask = 0x1f;
 constexpr int kPollBatch = 32;
+// The immediate of a repair write (a lost rail's bytes written again): its length | kRepairImm.
+constexpr uint32_t kRepairImm = 1u << 31;
+// How long an end waits for the peer's notice about a lost rail (the peer notices at its next
+// progress or health check, or when its own writes on the rail fail).
+constexpr int64_t kRailNoticeWaitMs = 30000;
+constexpr uint32_t kRailNoticeMagic = 0x4c494152u;  // "RAIL"
+
+// Over the bootstrap, when a rail is lost: the sender's switch position and, per lane of the
+// rail, how far this end received (native byte order, as every bootstrap message).
+struct RailNotice {
+  uint32_t magic;
+  uint32_t rail;
+  uint64_t switchPos;
+  uint64_t recvPos[kIbMaxQps];
+};
 
 const char* wcStatusName(ibv_wc_status s) {
   switch (s) {
@@ -105,6 +121,12 @@ void IbConnection::setError(const Status& status) {
 
 void IbConnection::fail(const Status& status) { setError(status); }
 
+void IbConnection::railFailed(const IbDevice* device, const Status& status) {
+  for (int r = 0; r < usedRails_; ++r) {
+    if (rails_[r].device.get() == device) setError(railLost(r, status));
+  }
+}
+
 void IbConnection::notifyPeerOnce() {
   if (peerNotified_ || error_.ok()) return;
   peerNotified_ = true;
@@ -166,6 +188,8 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
   const int q = static_cast<int>(wc.wr_id & kQpMask);
   if (q >= nqps_) return makeError(collInternalError, "%s: completion for unknown QP %d", where().c_str(), q);
   Qp& Q = qps_[q];
+  // A lost rail's late completions (flushes after its QPs went to the error state) change nothing.
+  if (rails_[static_cast<size_t>(Q.rail)].dead && (frozen_ || wc.status != IBV_WC_SUCCESS)) return okStatus();
   if (wc.status != IBV_WC_SUCCESS) {
     const bool recv = (wc.wr_id & kRecvBit) != 0;
     const bool credit = !recv && (wc.wr_id & kCreditBit) != 0;
@@ -187,20 +211,39 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
       if (!recv) reap(Q, wc.wr_id >> 8);
       return okStatus();
     }
-    return completionError(wc);
+    return railLost(Q.rail, completionError(wc));
   }
   if (wc.wr_id & kRecvBit) {
     if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
       return protocolError("receive completion without immediate (opcode, flags)", wc.opcode, wc.wc_flags);
     }
+    const uint32_t imm = ntohl(wc.imm_data);
+    if (imm & kRepairImm) {
+      // Remote input: a repair write must be the next bytes of the agreed repair ranges.
+      const uint64_t len = imm & ~kRepairImm;
+      const uint64_t pos = recvRepair_.pos;
+      if (pos == UINT64_MAX || len == 0 || pos + len > recvRepair_.ranges[recvRepair_.index].second ||
+          pos + len > ring_.limit(consumed_)) {
+        return protocolError("repair write outside the lost rail's ranges (length, stream position)", len, pos);
+      }
+      recvRepair_.advance(len);
+      ++Q.recvsDone;
+      ++reposts[q];
+      return okStatus();
+    }
     // Remote input: the length must stay in the QP's current chunk and inside the credit given.
-    const uint64_t len = ntohl(wc.imm_data);
+    const uint64_t len = imm;
     const uint64_t pos = Q.recvPos;
     const uint64_t chunkEnd = (pos | (chunk_ - 1)) + 1;
     if (len == 0 || pos + len > chunkEnd || pos + len > ring_.limit(consumed_)) {
       return protocolError("write length beyond its chunk or credit (length, stream position)", len, pos);
     }
-    Q.recvPos = pos + len == chunkEnd ? pattern_->nextOnLane(pos / chunk_) * chunk_ : pos + len;
+    if (pos + len == chunkEnd) {
+      const uint64_t next = recvMap_.nextOnLane(pos / chunk_);
+      Q.recvPos = next == StripeSchedule::kNone ? UINT64_MAX : next * chunk_;
+    } else {
+      Q.recvPos = pos + len;
+    }
     ++Q.recvsDone;
     ++reposts[q];
     return okStatus();
@@ -222,12 +265,19 @@ void IbConnection::reap(Qp& Q, uint64_t seq) {
     Q.inflightHead = (Q.inflightHead + 1) % Q.inflight.size();
     --Q.inflightCount;
   }
+  if (!repairInflight_.empty() && &Q == &qps_[static_cast<size_t>(creditLane_)]) {
+    size_t done = 0;
+    while (done < repairInflight_.size() && repairInflight_[done].first <= seq)
+      repairAcked_ = repairInflight_[done++].second;
+    repairInflight_.erase(repairInflight_.begin(), repairInflight_.begin() + static_cast<ptrdiff_t>(done));
+  }
 }
 
 Status IbConnection::pollCompletions(bool* progressed) {
   int reposts[kIbMaxQps] = {};
   ibv_wc wc[kPollBatch];
   for (int r = 0; r < usedRails_; ++r) {
+    if (rails_[r].dead) continue;
     for (;;) {
       const int n = api_->pollCq(rails_[r].cq, kPollBatch, wc);
       if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", railWhere(r).c_str());
@@ -238,11 +288,12 @@ Status IbConnection::pollCompletions(bool* progressed) {
   }
   uint64_t minRecv = UINT64_MAX;
   for (int q = 0; q < nqps_; ++q) {
-    if (reposts[q] > 0) COLL_TRY(postRecvs(q, reposts[q]));
+    if (reposts[q] > 0 && !rails_[static_cast<size_t>(qps_[q].rail)].dead) COLL_TRY(postRecvs(q, reposts[q]));
     minRecv = std::min(minRecv, qps_[q].recvPos);
   }
-  // A byte before every QP's next position has arrived: each QP moves only through its own chunks.
-  received_ = minRecv;
+  // A byte before every QP's next position has arrived: each QP moves only through its own chunks
+  // (a lost rail's lanes stop at UINT64_MAX once their bytes are in the repair ranges).
+  received_ = std::min(minRecv, recvRepair_.pos);
   // The credit block is written by the peer's HCA at any time; each word only grows.
   const uint64_t consumed = credit_[0];
   if (consumed != peerConsumed_) {
@@ -286,7 +337,7 @@ Status IbConnection::postRecvs(int q, int count) {
 }
 
 Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_t length, uint64_t remoteAddr,
-                               uint32_t rkey, bool withImm, uint64_t streamStart, bool forceSignal) {
+                               uint32_t rkey, bool withImm, uint64_t streamStart, bool forceSignal, bool repair) {
   Qp& Q = qps_[q];
   ++Q.unsignaledRun;
   Q.unsignaledBytes += length;
@@ -301,18 +352,20 @@ Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-  if (withImm) wr.imm_data = htonl(length);
+  if (withImm) wr.imm_data = htonl(length | (repair ? kRepairImm : 0));
   wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (length <= maxInline_ ? IBV_SEND_INLINE : 0);
   wr.wr.rdma.remote_addr = remoteAddr;
   wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad = nullptr;
   const int rc = api_->postSend(Q.qp, &wr, &bad);
   if (rc != 0) {
-    return makeError(collSystemError, "%s: posting an RDMA write of %u bytes failed: %s", where().c_str(), length,
-                     errnoText(rc).c_str());
+    return railLost(Q.rail, makeError(collSystemError, "%s: posting an RDMA write of %u bytes failed: %s",
+                                      railWhere(Q.rail).c_str(), length, errnoText(rc).c_str()));
   }
   if (signaled) Q.unsignaledRun = 0, Q.unsignaledBytes = 0, Q.signaledUpTo = Q.postedWrs + 1;
-  if (withImm) {
+  if (repair) {
+    ++Q.immWrites;
+  } else if (withImm) {
     Q.inflight[(Q.inflightHead + Q.inflightCount) % Q.inflight.size()] = {Q.postedWrs, streamStart};
     ++Q.inflightCount;
     ++Q.immWrites;
@@ -324,11 +377,19 @@ Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_
 Status IbConnection::postData(bool* progressed) {
   if (!closedReason_.ok()) return posted_ < committed_ ? closedReason_ : okStatus();
   const uint64_t sendLimit = static_cast<uint64_t>(sendDepth_) - 1;  // one slot kept for credits
+  if (sendRepair_.pos != UINT64_MAX) COLL_TRY(postRepairs(progressed));
   while (posted_ < committed_) {
     const uint64_t chunkIndex = posted_ / chunk_;
-    const int q = static_cast<int>(pattern_->laneOf(chunkIndex));
+    const int q = static_cast<int>(sendMap_.laneOf(chunkIndex));
     Qp& Q = qps_[q];
     Rail& R = rails_[static_cast<size_t>(Q.rail)];
+    if (R.dead) {
+      // Before the switch both ends agreed on, a lost rail's chunk: its bytes go as repair writes.
+      if (failing_ >= 0) break;
+      posted_ = std::min(committed_, (chunkIndex + 1) * chunk_);
+      *progressed = true;
+      continue;
+    }
     const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, ring_.limit(peerConsumed_)});
     if (end <= posted_) break;  // the peer's ring is full
     if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
@@ -336,10 +397,14 @@ Status IbConnection::postData(bool* progressed) {
     const uint64_t offset = ring_.offset(posted_);
     // The last write a QP gets from the committed bytes is signaled: each QP's completions free
     // only its own writes, and sendsFlushed() needs them all.
-    const uint64_t nextOnQp = (end & (chunk_ - 1)) == 0 ? pattern_->nextOnLane(chunkIndex) * chunk_ : end;
+    const uint64_t nextChunk = sendMap_.nextOnLane(chunkIndex);
+    const uint64_t nextOnQp = (end & (chunk_ - 1)) != 0            ? end
+                              : nextChunk == StripeSchedule::kNone ? UINT64_MAX
+                                                                   : nextChunk * chunk_;
     COLL_TRY(postWrite(q, reinterpret_cast<uint64_t>(sendRing_ + offset), R.sendMr->lkey,
                        static_cast<uint32_t>(end - posted_), peerRingAddr_ + offset, R.peerRingRkey, true, posted_,
                        nextOnQp >= committed_));
+    if (R.dead) break;  // the post failed and lost the rail: these bytes wait for the switch
     R.bytesSent += end - posted_;
     posted_ = end;
     *progressed = true;
@@ -364,13 +429,15 @@ Status IbConnection::postCreditBlock(uint64_t consumed, bool useRecvsDone, bool 
 Status IbConnection::publishCredits() {
   // Batched: a quarter ring consumed, or half the receives posted here used up. Either way a
   // sender blocked on credit always gets them (it is blocked only once one threshold is crossed).
-  bool due = consumed_ - consumedPublished_ >= ring_.capacity() / 4;
+  bool due = creditsDirty_ || consumed_ - consumedPublished_ >= ring_.capacity() / 4;
   const uint64_t recvThreshold = static_cast<uint64_t>(std::max(1, recvDepth_ / 2));
   for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
-  if (!due || !closedReason_.ok()) return okStatus();
+  if (!due || !closedReason_.ok() || failing_ >= 0) return okStatus();
   Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
   if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();  // next time
   COLL_TRY(postCreditBlock(consumed_, true, false));
+  if (rails_[static_cast<size_t>(Q0.rail)].dead) return okStatus();  // lost with the rail: again later
+  creditsDirty_ = false;
   consumedPublished_ = consumed_;
   for (int q = 0; q < nqps_; ++q) qps_[q].recvsPublished = qps_[q].recvsDone;
   ++creditWrites_;
@@ -382,13 +449,14 @@ Status IbConnection::probePeer() {
   // fail): while idle, keep one signaled credit write in flight. It repeats values the peer
   // already has, so a live peer ignores it; a dead one fails it after the HCA's retries.
   Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
-  if (!closedReason_.ok() || Q0.signaledUpTo > Q0.reapedWrs) return okStatus();
+  if (!closedReason_.ok() || failing_ >= 0 || Q0.signaledUpTo > Q0.reapedWrs) return okStatus();
   if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();
   return postCreditBlock(consumedPublished_, false, true);
 }
 
 void IbConnection::updateSendDone() {
-  uint64_t done = posted_;
+  // Bytes of a lost rail stay in the ring until their repair writes are acknowledged.
+  uint64_t done = std::min(posted_, repairAcked_);
   for (int q = 0; q < nqps_; ++q) {
     const Qp& Q = qps_[q];
     if (Q.inflightCount > 0) done = std::min(done, Q.inflight[Q.inflightHead].second);
@@ -396,18 +464,243 @@ void IbConnection::updateSendDone() {
   sendDone_ = done;
 }
 
+Status IbConnection::railLost(int rail, const Status& why) {
+  Rail& R = rails_[static_cast<size_t>(rail)];
+  if (usedRails_ <= 1) return why;  // nowhere to move it: the error, as on a single port
+  if (R.dead) return okStatus();
+  R.dead = true;
+  R.why = why;
+  int live = 0;
+  for (int r = 0; r < usedRails_; ++r) live += rails_[r].dead ? 0 : 1;
+  if (live == 0) {
+    std::string all;
+    for (int r = 0; r < usedRails_; ++r) all += (r ? "; " : "") + rails_[r].why.message();
+    return makeError(why.code(), "ib connection to rank %d lost every rail (%s): %s", peer_, where().c_str(),
+                     all.c_str());
+  }
+  // One move at a time: a second rail lost while the first one's bytes are still being moved or
+  // repaired fails the connection (rare enough to keep the protocol small).
+  if (failing_ >= 0 || sendRepair_.pos != UINT64_MAX || recvRepair_.pos != UINT64_MAX) {
+    return makeError(why.code(), "%s: lost rail %s while moving another rail's traffic: %s", where().c_str(),
+                     R.device->name().c_str(), why.message().c_str());
+  }
+  failing_ = rail;
+  frozen_ = false;
+  failoverDeadline_ = Deadline::afterMs(kRailNoticeWaitMs);
+  COLL_WARN(bootstrap_->rank(), "%s: lost rail %s, moving its traffic to the other %d rail(s): %s", where().c_str(),
+            R.device->name().c_str(), live, why.message().c_str());
+  return okStatus();
+}
+
+Status IbConnection::freezeRail() {
+  if (frozen_) return okStatus();
+  Rail& R = rails_[static_cast<size_t>(failing_)];
+  // Its QPs to the error state: nothing more lands through them, so the completions in its CQ
+  // now are all the rail delivered here, and its lanes' positions are final.
+  for (int k = 0; k < perRail_; ++k) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)api_->modifyQp(qps_[static_cast<size_t>(failing_ * perRail_ + k)].qp, &a, IBV_QP_STATE);
+  }
+  int reposts[kIbMaxQps] = {};
+  ibv_wc wc[kPollBatch];
+  for (;;) {
+    const int n = api_->pollCq(R.cq, kPollBatch, wc);
+    for (int i = 0; i < n; ++i) COLL_TRY(handleCompletion(wc[i], reposts));
+    if (n < kPollBatch) break;
+  }
+  frozen_ = true;
+  sendSwitch_ = (posted_ + chunk_ - 1) / chunk_ * chunk_;
+  RailNotice notice{};
+  notice.magic = kRailNoticeMagic;
+  notice.rail = static_cast<uint32_t>(failing_);
+  notice.switchPos = sendSwitch_;
+  for (int k = 0; k < perRail_; ++k) notice.recvPos[k] = qps_[static_cast<size_t>(failing_ * perRail_ + k)].recvPos;
+  COLL_TRY(bootstrap_->send(peer_, kIbTagRailLost, &notice, sizeof(notice), Deadline::afterMs(1000))
+               .withContext(where() + ": telling rank " + std::to_string(peer_) + " that rail " + R.device->name() +
+                            " was lost"));
+  if (!peerNotice_.empty()) return installFailover(peerNotice_);
+  return okStatus();
+}
+
+Status IbConnection::checkRailNotice() {
+  std::vector<uint8_t> msg;
+  Status st = bootstrap_->recv(peer_, kIbTagRailLost, &msg, sizeof(RailNotice), Deadline::afterMs(0));
+  if (!st.ok()) {
+    if (st.code() != collTimeout) return st;
+    if (failing_ >= 0 && failoverDeadline_.expired()) {
+      return makeError(collTimeout,
+                       "%s: rank %d did not answer within %lld s about the lost rail %s (%s); check that rank's log",
+                       where().c_str(), peer_, static_cast<long long>(kRailNoticeWaitMs / 1000),
+                       rails_[static_cast<size_t>(failing_)].device->name().c_str(),
+                       rails_[static_cast<size_t>(failing_)].why.message().c_str());
+    }
+    return okStatus();
+  }
+  // Remote input: size, magic and rail checked before anything is used.
+  RailNotice notice{};
+  if (msg.size() != sizeof(notice))
+    return protocolError("rail notice size (bytes, expected)", msg.size(), sizeof(notice));
+  memcpy(&notice, msg.data(), sizeof(notice));
+  if (notice.magic != kRailNoticeMagic || notice.rail >= static_cast<uint32_t>(usedRails_)) {
+    return protocolError("rail notice (magic, rail)", notice.magic, notice.rail);
+  }
+  const int rail = static_cast<int>(notice.rail);
+  if (rail != failing_) {
+    if (rails_[static_cast<size_t>(rail)].dead) return protocolError("a second notice for a lost rail (rail)", rail, 0);
+    COLL_TRY(railLost(rail, makeError(collRemoteError, "rank %d lost rail %s of its connection to this rank", peer_,
+                                      rails_[static_cast<size_t>(rail)].device->name().c_str())));
+  }
+  if (!frozen_) {
+    peerNotice_ = std::move(msg);
+    return freezeRail();
+  }
+  return installFailover(msg);
+}
+
+StripePattern IbConnection::livePattern(std::vector<uint32_t>* laneIds) const {
+  std::vector<uint32_t> weights;
+  for (int r = 0; r < usedRails_; ++r) {
+    if (rails_[r].dead) continue;
+    weights.push_back(rails_[r].weight);
+    for (int k = 0; k < perRail_; ++k) laneIds->push_back(static_cast<uint32_t>(r * perRail_ + k));
+  }
+  return StripePattern(weights, static_cast<uint32_t>(perRail_));
+}
+
+Status IbConnection::orphanRanges(const StripeSchedule& map, uint32_t lane, uint64_t from, uint64_t switchPos,
+                                  std::vector<std::pair<uint64_t, uint64_t>>* out) {
+  uint64_t p = from;
+  while (p < switchPos) {
+    const uint64_t c = p / chunk_;
+    if (map.laneOf(c) != lane) return protocolError("a lost lane's position off its chunks (lane, position)", lane, p);
+    out->push_back({p, (c + 1) * chunk_});
+    const uint64_t next = map.nextOnLane(c);
+    if (next == StripeSchedule::kNone) break;
+    p = next * chunk_;
+  }
+  return okStatus();
+}
+
+Status IbConnection::installFailover(const std::vector<uint8_t>& raw) {
+  RailNotice notice{};
+  memcpy(&notice, raw.data(), sizeof(notice));
+  const int lost = failing_;
+  std::vector<uint32_t> ids;
+  const StripePattern live = livePattern(&ids);
+
+  // What this end receives: the peer's stream switches at its position; the lost lanes' bytes
+  // from where they stopped here up to it come as repair writes. Remote input: the switch is a
+  // chunk boundary no earlier than what arrived here and within one ring of it.
+  const uint64_t peerSwitch = notice.switchPos;
+  if (peerSwitch % chunk_ != 0 || peerSwitch < received_ || peerSwitch > consumed_ + ring_.capacity() + chunk_) {
+    return protocolError("rail switch position (position, received)", peerSwitch, received_);
+  }
+  recvMap_.switchAt(peerSwitch / chunk_, live, ids);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (int k = 0; k < perRail_; ++k) {
+    Qp& Q = qps_[static_cast<size_t>(lost * perRail_ + k)];
+    COLL_TRY(orphanRanges(recvMap_, static_cast<uint32_t>(lost * perRail_ + k), Q.recvPos, peerSwitch, &ranges));
+    Q.recvPos = UINT64_MAX;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  recvRepair_.ranges = std::move(ranges);
+  recvRepair_.index = 0;
+  recvRepair_.start();
+  for (int l = 0; l < nqps_; ++l) {
+    Qp& Q = qps_[static_cast<size_t>(l)];
+    if (rails_[static_cast<size_t>(Q.rail)].dead || Q.recvPos < peerSwitch) continue;
+    // A live lane waiting at or past the switch: its next chunk is by the new pattern.
+    if (Q.recvPos % chunk_ != 0)
+      return protocolError("a write past the rail switch (position, switch)", Q.recvPos, peerSwitch);
+    Q.recvPos = recvMap_.firstOnLaneFrom(peerSwitch / chunk_, static_cast<uint32_t>(l)) * chunk_;
+  }
+
+  // What this end sends: from sendSwitch_ on, the new pattern; the lost lanes' bytes the peer
+  // lacks go again. Remote input: each position must be on that lane's chunks and still in the ring.
+  sendMap_.switchAt(sendSwitch_ / chunk_, live, ids);
+  ranges.clear();
+  for (int k = 0; k < perRail_; ++k) {
+    const uint64_t from = notice.recvPos[k];
+    if (from < sendSwitch_ && from < sendDone_) {
+      return protocolError("a lost lane's position already acknowledged (position, acknowledged)", from, sendDone_);
+    }
+    COLL_TRY(orphanRanges(sendMap_, static_cast<uint32_t>(lost * perRail_ + k), from, sendSwitch_, &ranges));
+    qps_[static_cast<size_t>(lost * perRail_ + k)].inflightCount = 0;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  sendRepair_.ranges = std::move(ranges);
+  sendRepair_.index = 0;
+  sendRepair_.start();
+  repairAcked_ = sendRepair_.pos;
+  repairInflight_.clear();
+  if (rails_[static_cast<size_t>(qps_[static_cast<size_t>(creditLane_)].rail)].dead) {
+    for (int l = 0; l < nqps_; ++l) {
+      if (!rails_[static_cast<size_t>(qps_[static_cast<size_t>(l)].rail)].dead) {
+        creditLane_ = l;
+        break;
+      }
+    }
+  }
+  creditsDirty_ = true;  // the last ones may have gone down with the rail
+  uint64_t toSend = 0, toReceive = 0;
+  for (const auto& r : sendRepair_.ranges) toSend += r.second - r.first;
+  for (const auto& r : recvRepair_.ranges) toReceive += r.second - r.first;
+  COLL_INFO(bootstrap_->rank(), "%s: rail %s dropped; %llu bytes go again to rank %d, %llu come again from it",
+            where().c_str(), rails_[static_cast<size_t>(lost)].device->name().c_str(),
+            static_cast<unsigned long long>(toSend), peer_, static_cast<unsigned long long>(toReceive));
+  failing_ = -1;
+  frozen_ = false;
+  peerNotice_.clear();
+  return okStatus();
+}
+
+Status IbConnection::postRepairs(bool* progressed) {
+  Qp& Q = qps_[static_cast<size_t>(creditLane_)];
+  Rail& R = rails_[static_cast<size_t>(Q.rail)];
+  const uint64_t sendLimit = static_cast<uint64_t>(sendDepth_) - 1;  // one slot kept for credits
+  while (sendRepair_.pos != UINT64_MAX) {
+    const uint64_t pos = sendRepair_.pos;
+    // Within one chunk, so within the ring without wrapping.
+    const uint64_t end =
+        std::min({sendRepair_.ranges[sendRepair_.index].second, committed_, ring_.limit(peerConsumed_)});
+    if (end <= pos) break;
+    if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
+    if (Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_)) break;
+    const uint64_t offset = ring_.offset(pos);
+    const uint64_t seq = Q.postedWrs;
+    COLL_TRY(postWrite(creditLane_, reinterpret_cast<uint64_t>(sendRing_ + offset), R.sendMr->lkey,
+                       static_cast<uint32_t>(end - pos), peerRingAddr_ + offset, R.peerRingRkey, true, pos, true,
+                       true));
+    if (R.dead) break;
+    R.bytesSent += end - pos;
+    sendRepair_.advance(end - pos);
+    repairInflight_.push_back({seq, sendRepair_.pos});  // a rare path: the allocation is fine
+    *progressed = true;
+  }
+  return okStatus();
+}
+
 Status IbConnection::progress(bool* progressed) {
   bool any = false;
   for (int r = 0; r < usedRails_ && error_.ok(); ++r) {
-    if (rails_[r].device->failed()) setError(rails_[r].device->failure());
+    if (!rails_[r].dead && rails_[r].device->failed()) setError(railLost(r, rails_[r].device->failure()));
   }
-  if (error_.ok()) {
+  // A peer's notice of a lost rail is looked for while a failover runs, and now and then when
+  // this end is idle (a rail can die with nothing of this end's on it).
+  if (error_.ok() && usedRails_ > 1 && (failing_ >= 0 || ++idlePolls_ % 256 == 0)) setError(checkRailNotice());
+  if (error_.ok() && failing_ >= 0) setError(freezeRail());
+  if (error_.ok() && failing_ < 0) {
     Status st = pollCompletions(&any);
-    if (st.ok()) st = postData(&any);
-    if (st.ok()) st = publishCredits();
+    if (st.ok() && failing_ >= 0) st = freezeRail();
+    if (st.ok() && failing_ < 0) st = postData(&any);
+    if (st.ok() && failing_ >= 0) st = freezeRail();
+    if (st.ok() && failing_ < 0) st = publishCredits();
+    if (st.ok() && failing_ >= 0) st = freezeRail();
     setError(st);
     updateSendDone();
   }
+  if (any) idlePolls_ = 0;
   if (!error_.ok()) {
     notifyPeerOnce();
     return error_;
@@ -420,9 +713,11 @@ Status IbConnection::checkHealth() {
   for (int r = 0; r < usedRails_ && error_.ok(); ++r) {
     IbDevice& device = *rails_[r].device;
     device.pollAsyncEvents();
-    if (device.failed()) setError(device.failure());
+    if (!rails_[r].dead && device.failed()) setError(railLost(r, device.failure()));
   }
-  if (error_.ok()) {
+  if (error_.ok() && usedRails_ > 1) setError(checkRailNotice());
+  if (error_.ok() && failing_ >= 0) setError(freezeRail());
+  if (error_.ok() && failing_ < 0) {
     bool any = false;
     Status st = pollCompletions(&any);
     if (st.ok()) st = probePeer();
@@ -447,17 +742,19 @@ Status IbConnection::checkHealth() {
 }
 
 bool IbConnection::creditBlocked() const {
+  if (failing_ >= 0 || sendRepair_.pos != UINT64_MAX) return error_.ok();  // no completion event ends these
   if (posted_ >= committed_ || !error_.ok()) return false;
   if (ring_.freeBytes(posted_, peerConsumed_) == 0) return true;
-  const Qp& Q = qps_[pattern_->laneOf(posted_ / chunk_)];
+  const Qp& Q = qps_[sendMap_.laneOf(posted_ / chunk_)];
+  if (rails_[static_cast<size_t>(Q.rail)].dead) return false;
   return Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_);
 }
 
 bool IbConnection::armAndPoll() {
-  if (!error_.ok()) return true;
+  if (!error_.ok() || failing_ >= 0) return true;
   for (int r = 0; r < usedRails_; ++r) {
     Rail& R = rails_[r];
-    if (R.armed) continue;
+    if (R.armed || R.dead) continue;
     const int rc = api_->reqNotifyCq(R.cq, 0);
     if (rc != 0) {
       setError(makeError(collSystemError, "%s: arming the completion queue failed: %s", railWhere(r).c_str(),

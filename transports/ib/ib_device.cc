@@ -486,7 +486,7 @@ void IbDevice::pollAsyncEvents() {
           failed_.store(true, std::memory_order_release);
           COLL_WARN(-1, "%s", failure_.message().c_str());
         }
-        for (IbConnection* c : connections_) c->fail(failure_);
+        for (IbConnection* c : connections_) c->railFailed(this, failure_);
         break;
       }
       case IBV_EVENT_QP_FATAL:
@@ -495,10 +495,10 @@ void IbDevice::pollAsyncEvents() {
       case IBV_EVENT_PATH_MIG_ERR:
         for (IbConnection* c : connections_) {
           if (c->ownsQp(ev.element.qp)) {
-            c->fail(makeError(collRemoteError,
-                              "%s: queue pair to rank %d failed (async event %d); check that "
-                              "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)",
-                              name().c_str(), c->peer(), static_cast<int>(ev.event_type)));
+            c->railFailed(this, makeError(collRemoteError,
+                                          "%s: queue pair to rank %d failed (async event %d); check that "
+                                          "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)",
+                                          name().c_str(), c->peer(), static_cast<int>(ev.event_type)));
           }
         }
         break;

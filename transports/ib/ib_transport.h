@@ -30,6 +30,7 @@ constexpr uint32_t kIbTagBase = 0x49420000u;
 constexpr uint32_t kIbTagInfo = kIbTagBase + 0;
 constexpr uint32_t kIbTagReady = kIbTagBase + 1;
 constexpr uint32_t kIbTagFailure = kIbTagBase + 2;
+constexpr uint32_t kIbTagRailLost = kIbTagBase + 3;
 constexpr int kIbMaxQps = 16;  // queue pairs of a connection over all its rails together
 constexpr int kIbMaxRails = 8;
 
@@ -192,6 +193,13 @@ class IbDevice {
 // the lanes, rails weighted by their agreed rate) as RDMA writes with immediate (the immediate is
 // the write's length), so each lane carries its chunks in order and the receiver advances per
 // lane as over TCP's striped sockets.
+//
+// A lost rail (completion errors or a port that went down on one of its lanes, or the peer saying
+// so) moves its traffic to the others when any is left (docs/ARCHITECTURE.md, "Multi-rail"): each
+// end puts the rail's QPs in the error state, tells the other over the bootstrap where its send
+// stream switches to a pattern without the rail and how far each of the rail's lanes got here, and
+// waits for the same from the peer; the bytes of the rail's chunks the peer lacks are then written
+// again over a live lane as repair writes (flagged immediates), in stream order.
 // Flow control: the receiver RDMA-writes its consumed position and, per QP, the receives it has
 // reposted into the sender's credit block; the sender never writes past consumed + R nor more
 // writes with immediate than the peer has receives posted.
@@ -235,6 +243,9 @@ class IbConnection final : public Connection {
   bool ownsQp(const ibv_qp* qp) const;
   // An async event (QP fatal, CQ error, port down) failed this connection.
   void fail(const Status& status);
+  // The port `device` went down or one of its QPs failed: that rail is lost (the connection fails
+  // when it was the last).
+  void railFailed(const IbDevice* device, const Status& status);
 
  private:
   friend Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>> devices, int peer,
@@ -254,6 +265,21 @@ class IbConnection final : public Connection {
     uint32_t peerRingRkey = 0;
     uint32_t peerCreditRkey = 0;
     uint64_t bytesSent = 0;
+    uint32_t weight = 1;
+    bool dead = false;
+    Status why;  // what killed it
+  };
+  // One direction's repair: the ranges [first, second) of the lost rail's chunks the receiver
+  // lacks, in stream order, and the next byte to write (sender) or expect (receiver).
+  struct Repair {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    size_t index = 0;
+    uint64_t pos = UINT64_MAX;  // UINT64_MAX: nothing (left) to repair
+    void start() { pos = ranges.empty() ? UINT64_MAX : ranges[0].first; }
+    void advance(uint64_t len) {
+      pos += len;
+      if (pos == ranges[index].second) pos = ++index < ranges.size() ? ranges[index].first : UINT64_MAX;
+    }
   };
 
   struct Qp {
@@ -283,9 +309,20 @@ class IbConnection final : public Connection {
   Status probePeer();
   Status postCreditBlock(uint64_t consumed, bool useRecvsDone, bool forceSignal);
   Status postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_t length, uint64_t remoteAddr, uint32_t rkey,
-                   bool withImm, uint64_t streamStart, bool forceSignal);
+                   bool withImm, uint64_t streamStart, bool forceSignal, bool repair = false);
+  Status postRepairs(bool* progressed);
   Status postRecvs(int q, int count);
   Status completionError(const ibv_wc& wc);
+  // Multi-rail failover (ib_connection.cc): railLost marks the rail (an error when it was the
+  // last); freezeRail stops it and tells the peer; installFailover switches both directions' maps
+  // once the peer's notice is here.
+  Status railLost(int rail, const Status& why);
+  Status freezeRail();
+  Status checkRailNotice();
+  Status installFailover(const std::vector<uint8_t>& notice);
+  Status orphanRanges(const StripeSchedule& map, uint32_t lane, uint64_t from, uint64_t switchPos,
+                      std::vector<std::pair<uint64_t, uint64_t>>* out);
+  StripePattern livePattern(std::vector<uint32_t>* laneIds) const;
   Status protocolError(const char* what, unsigned long long a, unsigned long long b);
   void setError(const Status& status);
   void notifyPeerOnce();
@@ -312,8 +349,25 @@ class IbConnection final : public Connection {
 
   StreamRing ring_;         // R, of both rings at both ends
   uint64_t chunk_ = 0;      // C
-  std::unique_ptr<StripePattern> pattern_;  // chunk -> lane
-  int creditLane_ = 0;                      // the lane credit writes and probes go on
+  StripeSchedule sendMap_;  // chunk -> lane, for the stream this end sends
+  StripeSchedule recvMap_;  // and the one it receives (the two switch at different chunks)
+  int perRail_ = 0;         // lanes per rail
+  int creditLane_ = 0;      // the lane credit writes, probes and repair writes go on
+  // Failover in progress: the rail, whether this end stopped it and told the peer, and by when the
+  // peer's notice must be here.
+  int failing_ = -1;
+  bool frozen_ = false;
+  uint64_t sendSwitch_ = 0;  // stream position from which this end's sends skip the lost rail
+  Deadline failoverDeadline_ = Deadline::never();
+  std::vector<uint8_t> peerNotice_;  // the peer's notice, when it came before this end froze
+  uint32_t idlePolls_ = 0;
+  Repair sendRepair_;
+  Repair recvRepair_;
+  // Repair writes in flight on creditLane_: (WR sequence, the first byte not yet acknowledged
+  // once it completes), oldest first; sendDone_ stays below the first such byte.
+  std::vector<std::pair<uint64_t, uint64_t>> repairInflight_;
+  uint64_t repairAcked_ = UINT64_MAX;
+  bool creditsDirty_ = false;  // credit writes may have been lost with a rail: send them again
   uint64_t ringAlloc_ = 0;  // bytes allocated for each ring (at least ring_)
   size_t creditSrcBytes_ = 0;
   std::byte* sendRing_ = nullptr;
