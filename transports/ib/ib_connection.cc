@@ -228,7 +228,9 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
       }
       recvRepair_.advance(len);
       ++Q.recvsDone;
+      ++recvsDoneTotal_;
       ++reposts[q];
+      recvSeen_ = true;
       return okStatus();
     }
     // Remote input: the length must stay in the QP's current chunk and inside the credit given.
@@ -245,7 +247,9 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
       Q.recvPos = pos + len;
     }
     ++Q.recvsDone;
+    ++recvsDoneTotal_;
     ++reposts[q];
+    recvSeen_ = true;
     return okStatus();
   }
   const uint64_t seq = wc.wr_id >> 8;
@@ -273,11 +277,28 @@ void IbConnection::reap(Qp& Q, uint64_t seq) {
   }
 }
 
-Status IbConnection::pollCompletions(bool* progressed) {
+bool IbConnection::signaledPending(int rail) const {
+  for (int k = 0; k < perRail_; ++k) {
+    const Qp& Q = qps_[static_cast<size_t>(rail * perRail_ + k)];
+    if (Q.signaledUpTo > Q.reapedWrs) return true;
+  }
+  return false;
+}
+
+Status IbConnection::pollCompletions(bool* progressed, uint32_t force) {
   int reposts[kIbMaxQps] = {};
   ibv_wc wc[kPollBatch];
+  // Polling an empty CQ costs a small message as much as the rest of its path, so with several
+  // rails each pass polls only where a completion is owed: the rail carrying the next stream byte
+  // this end waits for, and rails with a signaled write not yet reaped. The others (receives of
+  // later chunks, which the stream reaches in order anyway, and errors of unsignaled writes) wait
+  // for every 16th pass, or for the rail to carry the next byte.
+  uint32_t due = ~0u;
+  if (usedRails_ > 1 && (++pollPass_ & 15) != 0 && recvRepair_.pos == UINT64_MAX) {
+    due = force | signaledRails_ | 1u << qps_[recvMap_.laneOf(received_ / chunk_)].rail;
+  }
   for (int r = 0; r < usedRails_; ++r) {
-    if (rails_[r].dead) continue;
+    if (!(due >> r & 1) || rails_[r].dead) continue;
     for (;;) {
       const int n = api_->pollCq(rails_[r].cq, kPollBatch, wc);
       if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", railWhere(r).c_str());
@@ -285,15 +306,19 @@ Status IbConnection::pollCompletions(bool* progressed) {
       if (n > 0) *progressed = true;
       if (n < kPollBatch) break;
     }
+    if ((signaledRails_ >> r & 1) && !signaledPending(r)) signaledRails_ &= ~(1u << r);
   }
-  uint64_t minRecv = UINT64_MAX;
-  for (int q = 0; q < nqps_; ++q) {
-    if (reposts[q] > 0 && !rails_[static_cast<size_t>(qps_[q].rail)].dead) COLL_TRY(postRecvs(q, reposts[q]));
-    minRecv = std::min(minRecv, qps_[q].recvPos);
+  if (recvSeen_) {  // positions move only with receive completions (or a rail switch)
+    recvSeen_ = false;
+    uint64_t minRecv = UINT64_MAX;
+    for (int q = 0; q < nqps_; ++q) {
+      if (reposts[q] > 0 && !rails_[static_cast<size_t>(qps_[q].rail)].dead) COLL_TRY(postRecvs(q, reposts[q]));
+      minRecv = std::min(minRecv, qps_[q].recvPos);
+    }
+    // A byte before every QP's next position has arrived: each QP moves only through its own
+    // chunks (a lost rail's lanes stop at UINT64_MAX once their bytes are in the repair ranges).
+    received_ = std::min(minRecv, recvRepair_.pos);
   }
-  // A byte before every QP's next position has arrived: each QP moves only through its own chunks
-  // (a lost rail's lanes stop at UINT64_MAX once their bytes are in the repair ranges).
-  received_ = std::min(minRecv, recvRepair_.pos);
   // The credit block is written by the peer's HCA at any time; each word only grows.
   const uint64_t consumed = credit_[0];
   if (consumed != peerConsumed_) {
@@ -302,9 +327,19 @@ Status IbConnection::pollCompletions(bool* progressed) {
     }
     peerConsumed_ = consumed;
   }
-  for (int q = 0; q < nqps_; ++q) {
+
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return okStatus();
+}
+
+Status IbConnection::peerRecvsFree(int q, bool* free) {
+  Qp& Q = qps_[static_cast<size_t>(q)];
+  const uint64_t depth = static_cast<uint64_t>(peerRecvDepth_);
+  // The peer's count is read only when the last one read leaves no room: one load per lane that
+  // runs short instead of one per lane and pass.
+  if (Q.immWrites - Q.peerRecvsDone >= depth) {
     const uint64_t done = credit_[1 + q];
-    Qp& Q = qps_[q];
+    std::atomic_thread_fence(std::memory_order_acquire);
     if (done != Q.peerRecvsDone) {
       if (done < Q.peerRecvsDone || done > Q.immWrites) {
         return protocolError("receives done out of range (reported, written)", done, Q.immWrites);
@@ -312,7 +347,7 @@ Status IbConnection::pollCompletions(bool* progressed) {
       Q.peerRecvsDone = done;
     }
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
+  *free = Q.immWrites - Q.peerRecvsDone < depth;
   return okStatus();
 }
 
@@ -362,7 +397,10 @@ Status IbConnection::postWrite(int q, uint64_t localAddr, uint32_t lkey, uint32_
     return railLost(Q.rail, makeError(collSystemError, "%s: posting an RDMA write of %u bytes failed: %s",
                                       railWhere(Q.rail).c_str(), length, errnoText(rc).c_str()));
   }
-  if (signaled) Q.unsignaledRun = 0, Q.unsignaledBytes = 0, Q.signaledUpTo = Q.postedWrs + 1;
+  if (signaled) {
+    Q.unsignaledRun = 0, Q.unsignaledBytes = 0, Q.signaledUpTo = Q.postedWrs + 1;
+    signaledRails_ |= 1u << Q.rail;
+  }
   if (repair) {
     ++Q.immWrites;
   } else if (withImm) {
@@ -393,7 +431,9 @@ Status IbConnection::postData(bool* progressed) {
     const uint64_t end = std::min({committed_, (chunkIndex + 1) * chunk_, ring_.limit(peerConsumed_)});
     if (end <= posted_) break;  // the peer's ring is full
     if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
-    if (Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_)) break;
+    bool free = false;
+    COLL_TRY(peerRecvsFree(q, &free));
+    if (!free) break;
     const uint64_t offset = ring_.offset(posted_);
     // The last write a QP gets from the committed bytes is signaled: each QP's completions free
     // only its own writes, and sendsFlushed() needs them all.
@@ -431,7 +471,10 @@ Status IbConnection::publishCredits() {
   // sender blocked on credit always gets them (it is blocked only once one threshold is crossed).
   bool due = creditsDirty_ || consumed_ - consumedPublished_ >= ring_.capacity() / 4;
   const uint64_t recvThreshold = static_cast<uint64_t>(std::max(1, recvDepth_ / 2));
-  for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
+  // No lane can be past the threshold while all of them together are not.
+  if (!due && recvsDoneTotal_ - recvsPublishedTotal_ >= recvThreshold) {
+    for (int q = 0; q < nqps_ && !due; ++q) due = qps_[q].recvsDone - qps_[q].recvsPublished >= recvThreshold;
+  }
   if (!due || !closedReason_.ok() || failing_ >= 0) return okStatus();
   Qp& Q0 = qps_[static_cast<size_t>(creditLane_)];
   if (Q0.postedWrs - Q0.reapedWrs >= static_cast<uint64_t>(sendDepth_)) return okStatus();  // next time
@@ -440,6 +483,7 @@ Status IbConnection::publishCredits() {
   creditsDirty_ = false;
   consumedPublished_ = consumed_;
   for (int q = 0; q < nqps_; ++q) qps_[q].recvsPublished = qps_[q].recvsDone;
+  recvsPublishedTotal_ = recvsDoneTotal_;
   ++creditWrites_;
   return okStatus();
 }
@@ -652,6 +696,8 @@ Status IbConnection::installFailover(const std::vector<uint8_t>& raw) {
   failing_ = -1;
   frozen_ = false;
   peerNotice_.clear();
+  recvSeen_ = true;  // received_ from the new positions at the next poll
+  updateSendDone();
   return okStatus();
 }
 
@@ -666,7 +712,9 @@ Status IbConnection::postRepairs(bool* progressed) {
         std::min({sendRepair_.ranges[sendRepair_.index].second, committed_, ring_.limit(peerConsumed_)});
     if (end <= pos) break;
     if (Q.postedWrs - Q.reapedWrs >= sendLimit) break;
-    if (Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_)) break;
+    bool free = false;
+    COLL_TRY(peerRecvsFree(creditLane_, &free));
+    if (!free) break;
     const uint64_t offset = ring_.offset(pos);
     const uint64_t seq = Q.postedWrs;
     COLL_TRY(postWrite(creditLane_, reinterpret_cast<uint64_t>(sendRing_ + offset), R.sendMr->lkey,
@@ -698,7 +746,7 @@ Status IbConnection::progress(bool* progressed) {
     if (st.ok() && failing_ < 0) st = publishCredits();
     if (st.ok() && failing_ >= 0) st = freezeRail();
     setError(st);
-    updateSendDone();
+    if (any) updateSendDone();  // it moves only with a completion reaped or a write posted
   }
   if (any) idlePolls_ = 0;
   if (!error_.ok()) {
@@ -719,7 +767,7 @@ Status IbConnection::checkHealth() {
   if (error_.ok() && failing_ >= 0) setError(freezeRail());
   if (error_.ok() && failing_ < 0) {
     bool any = false;
-    Status st = pollCompletions(&any);
+    Status st = pollCompletions(&any, ~0u);
     if (st.ok()) st = probePeer();
     setError(st);
   }
@@ -745,13 +793,18 @@ bool IbConnection::creditBlocked() const {
   if (failing_ >= 0 || sendRepair_.pos != UINT64_MAX) return error_.ok();  // no completion event ends these
   if (posted_ >= committed_ || !error_.ok()) return false;
   if (ring_.freeBytes(posted_, peerConsumed_) == 0) return true;
-  const Qp& Q = qps_[sendMap_.laneOf(posted_ / chunk_)];
+  const uint32_t q = sendMap_.laneOf(posted_ / chunk_);
+  const Qp& Q = qps_[q];
   if (rails_[static_cast<size_t>(Q.rail)].dead) return false;
-  return Q.immWrites - Q.peerRecvsDone >= static_cast<uint64_t>(peerRecvDepth_);
+  // The peer's latest count (checked when postData takes it); a stale one could sleep through it.
+  const uint64_t reported = credit_[1 + q];
+  const uint64_t done = std::max(Q.peerRecvsDone, reported);
+  return Q.immWrites - std::min(done, Q.immWrites) >= static_cast<uint64_t>(peerRecvDepth_);
 }
 
 bool IbConnection::armAndPoll() {
   if (!error_.ok() || failing_ >= 0) return true;
+  uint32_t armedNow = 0;
   for (int r = 0; r < usedRails_; ++r) {
     Rail& R = rails_[r];
     if (R.armed || R.dead) continue;
@@ -762,10 +815,12 @@ bool IbConnection::armAndPoll() {
       return true;
     }
     R.armed = true;
+    armedNow |= 1u << r;
   }
-  // A completion that arrived before the arming raises no event: look once more.
+  // A completion that arrived before the arming raises no event: look once more at the CQs just
+  // armed (one armed earlier raises an event for anything since) and the due ones.
   bool any = false;
-  Status st = pollCompletions(&any);
+  Status st = pollCompletions(&any, armedNow);
   if (!st.ok()) {
     setError(st);
     return true;

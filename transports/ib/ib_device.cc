@@ -529,14 +529,16 @@ void IbDevice::drainCqEvents() {
   }
 }
 
-bool IbDevice::prepareSleep(std::vector<pollfd>* fds) {
-  pollAsyncEvents();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    sleepScratch_.assign(connections_.begin(), connections_.end());
-  }
-  for (IbConnection* c : sleepScratch_) {
-    if (c->creditBlocked() || c->armAndPoll()) return false;
+bool IbDevice::prepareSleep(std::vector<pollfd>* fds, bool connections) {
+  if (connections) {
+    pollAsyncEvents();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sleepScratch_.assign(connections_.begin(), connections_.end());
+    }
+    for (IbConnection* c : sleepScratch_) {
+      if (c->creditBlocked() || c->armAndPoll()) return false;
+    }
   }
   fds->push_back(pollfd{channel_->fd, POLLIN, 0});
   fds->push_back(pollfd{context_->async_fd, POLLIN, 0});

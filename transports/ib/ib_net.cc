@@ -27,22 +27,38 @@ class IbNet final : public NetTransport {
     return okStatus();
   }
   bool prepareSleep(std::vector<pollfd>* fds) override {
-    for (const auto& rail : rails_) {
-      if (!rail->prepareSleep(fds)) return false;
+    // Every connection uses the first rail: its device prepares them, once each.
+    sleepFds_ = fds;
+    sleepFirst_ = fds->size();
+    for (size_t r = 0; r < rails_.size(); ++r) {
+      if (!rails_[r]->prepareSleep(fds, r == 0)) return false;
     }
     return true;
   }
   void finishSleep() override {
-    for (const auto& rail : rails_) {
-      rail->drainCqEvents();
-      rail->pollAsyncEvents();
+    if (rails_.size() == 1) {
+      rails_[0]->drainCqEvents();
+      rails_[0]->pollAsyncEvents();
+      return;
     }
+    // With several rails, only the devices whose descriptors woke the poll (each added two: the
+    // completion channel, then the async fd): the others have nothing to read.
+    for (size_t r = 0; r < rails_.size(); ++r) {
+      const size_t i = sleepFirst_ + 2 * r;
+      if (sleepFds_ == nullptr || i + 1 >= sleepFds_->size()) break;
+      if ((*sleepFds_)[i].revents != 0) rails_[r]->drainCqEvents();
+      if ((*sleepFds_)[i + 1].revents != 0) rails_[r]->pollAsyncEvents();
+    }
+    sleepFds_ = nullptr;
   }
 
  private:
   Bootstrap& bootstrap_;
   std::vector<std::shared_ptr<IbDevice>> rails_;
   IbOptions options_;
+  // The sleep's descriptors (the caller's vector, valid until finishSleep) and where ours start.
+  std::vector<pollfd>* sleepFds_ = nullptr;
+  size_t sleepFirst_ = 0;
 };
 
 }  // namespace

@@ -165,8 +165,10 @@ class IbDevice {
   void pollAsyncEvents();
   // Reads pending completion-channel events (non-blocking), acknowledges them, re-arms nothing.
   void drainCqEvents();
-  // The communicator's sleep: false when some connection can progress now.
-  bool prepareSleep(std::vector<pollfd>* fds);
+  // The communicator's sleep: false when some connection can progress now. `connections` false:
+  // only this device's fds (a connection over several rails is prepared once, through its first
+  // rail's device; this device's pending events make its async fd readable, so the sleep ends).
+  bool prepareSleep(std::vector<pollfd>* fds, bool connections = true);
 
  private:
   IbDevice(const VerbsApi& api) : api_(api) {}
@@ -302,7 +304,12 @@ class IbConnection final : public Connection {
   };
 
   void reap(Qp& Q, uint64_t seq);
-  Status pollCompletions(bool* progressed);
+  // Polls the due rails' CQs (railDue) and those in `force` (a bit per rail).
+  Status pollCompletions(bool* progressed, uint32_t force = 0);
+  bool signaledPending(int rail) const;  // a signaled write on the rail not yet reaped
+  // Room for another write with immediate on lane q at the peer (its receive count refreshed
+  // from the credit block when needed, and checked).
+  Status peerRecvsFree(int q, bool* free);
   Status handleCompletion(const ibv_wc& wc, int* reposts);
   Status postData(bool* progressed);
   Status publishCredits();
@@ -361,6 +368,11 @@ class IbConnection final : public Connection {
   Deadline failoverDeadline_ = Deadline::never();
   std::vector<uint8_t> peerNotice_;  // the peer's notice, when it came before this end froze
   uint32_t idlePolls_ = 0;
+  uint32_t pollPass_ = 0;
+  uint32_t signaledRails_ = 0;  // rails that may owe a send completion (a bit per rail)
+  bool recvSeen_ = false;       // a receive completion since received_ was last computed
+  uint64_t recvsDoneTotal_ = 0;
+  uint64_t recvsPublishedTotal_ = 0;
   Repair sendRepair_;
   Repair recvRepair_;
   // Repair writes in flight on creditLane_: (WR sequence, the first byte not yet acknowledged
