@@ -292,9 +292,9 @@ Status IbConnection::pollCompletions(bool* progressed, uint32_t force) {
   // rails each pass polls only where a completion is owed: the rail carrying the next stream byte
   // this end waits for, and rails with a signaled write not yet reaped. The others (receives of
   // later chunks, which the stream reaches in order anyway, and errors of unsignaled writes) wait
-  // for every 16th pass, or for the rail to carry the next byte.
+  // for every 64th pass, or for the rail to carry the next byte.
   uint32_t due = ~0u;
-  if (usedRails_ > 1 && (++pollPass_ & 15) != 0 && recvRepair_.pos == UINT64_MAX) {
+  if (usedRails_ > 1 && (++pollPass_ & 63) != 0 && recvRepair_.pos == UINT64_MAX) {
     due = force | signaledRails_ | 1u << qps_[recvMap_.laneOf(received_ / chunk_)].rail;
   }
   for (int r = 0; r < usedRails_; ++r) {
@@ -731,9 +731,9 @@ Status IbConnection::postRepairs(bool* progressed) {
 
 Status IbConnection::progress(bool* progressed) {
   bool any = false;
-  for (int r = 0; r < usedRails_ && error_.ok(); ++r) {
-    if (!rails_[r].dead && rails_[r].device->failed()) setError(railLost(r, rails_[r].device->failure()));
-  }
+  // A device's failure reaches the connections over several rails through railFailed (its async
+  // events are read on this thread); one rail checks its flag here, as it always did.
+  if (usedRails_ == 1 && error_.ok() && rails_[0].device->failed()) setError(rails_[0].device->failure());
   // A peer's notice of a lost rail is looked for while a failover runs, and now and then when
   // this end is idle (a rail can die with nothing of this end's on it).
   if (error_.ok() && usedRails_ > 1 && (failing_ >= 0 || ++idlePolls_ % 256 == 0)) setError(checkRailNotice());

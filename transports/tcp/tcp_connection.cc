@@ -59,6 +59,62 @@ Status applyTrafficClass(int fd, sa_family_t family, int trafficClass, int peer,
 
 }  // namespace
 
+const IntKnob kTcpRails("COLL_TCP_RAILS", "1",
+                        "Interfaces (the first that COLL_SOCKET_IFNAME admits) each tcp connection spreads its sockets "
+                        "over, 1-8; socket i uses rail i mod rails. Every rank must set the same.",
+                        {KnobSection::Transports, 55});
+
+Status tcpRailsFromConfig(std::vector<SocketAddress>* out) {
+  out->clear();
+  const int want = static_cast<int>(std::clamp<int64_t>(kTcpRails.get(), 1, kTcpMaxRails));
+  if (want < 2) return okStatus();
+  const std::string spec = kSocketIfname.get();
+  std::vector<NetInterface> all;
+  COLL_TRY(findInterfaces(spec, AF_UNSPEC, &all));
+  // A name the user listed that matches nothing is a typo or a missing NIC, not a rail to drop.
+  if (!spec.empty() && spec[0] != '^') {
+    const bool exact = spec[0] == '=';
+    size_t i = exact ? 1 : 0;
+    while (i <= spec.size()) {
+      const size_t comma = std::min(spec.find(',', i), spec.size());
+      const std::string entry = spec.substr(i, comma - i);
+      bool found = false;
+      for (const NetInterface& n : all) found = found || interfaceMatches((exact ? "=" : "") + entry, n.name);
+      if (!entry.empty() && !found) {
+        return makeError(collInvalidUsage,
+                         "COLL_SOCKET_IFNAME=%s: no interface that is up is named %s%s (COLL_TCP_RAILS=%d)",
+                         spec.c_str(), entry.c_str(), exact ? "" : "*", want);
+      }
+      i = comma + 1;
+    }
+  }
+  std::string names;
+  std::vector<std::string> taken;
+  for (const NetInterface& n : all) {
+    // One address per interface (IPv4 first, as findInterfaces orders them): a rail is a NIC.
+    if (std::find(taken.begin(), taken.end(), n.name) != taken.end()) continue;
+    taken.push_back(n.name);
+    names += (names.empty() ? "" : ", ") + n.name + " " + n.address.toString();
+    if (static_cast<int>(out->size()) < want) out->push_back(n.address);
+  }
+  if (static_cast<int>(out->size()) < want) {
+    return makeError(collInvalidUsage,
+                     "COLL_TCP_RAILS=%d but only %zu interface address(es) that COLL_SOCKET_IFNAME='%s' admits are up: "
+                     "%s",
+                     want, out->size(), spec.c_str(), names.empty() ? "none" : names.c_str());
+  }
+  return okStatus();
+}
+
+SocketAddress TcpConnection::streamLocalAddress(int i) const {
+  SocketAddress a;
+  a.length = sizeof(a.storage);
+  if (getsockname(streams_[static_cast<size_t>(i)].fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0) {
+    a.length = 0;
+  }
+  return a;
+}
+
 TcpOptions tcpOptionsFromConfig() {
   TcpOptions o;
   o.streams = static_cast<int>(std::clamp<int64_t>(kNsocksPerPeer.get(), 1, kTcpMaxStreams));
