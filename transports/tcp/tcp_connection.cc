@@ -144,6 +144,7 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
                      peer, static_cast<unsigned long long>(options.stripeBytes));
   }
   c->stripe_ = options.stripeBytes;
+  c->railed_ = options.rails.size() > 1;
   c->ring_ = StreamRing(roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_));
   c->skip_ = (fds.size() - 1) * c->stripe_;
   for (size_t i = 0; i < fds.size(); ++i) {
@@ -222,14 +223,25 @@ bool TcpConnection::sendPending(const Stream& s) const {
   return s.sendPos < std::min((s.sendPos / stripe_ + 1) * stripe_, committed_);
 }
 
-Status TcpConnection::socketError(int err, const char* what) const {
+std::string TcpConnection::where(const Stream& s) const {
+  // Over several rails the socket's own addresses say which rail failed (tcp has no failover).
+  if (!railed_) return peerName_;
+  SocketAddress local, remote;
+  local.length = remote.length = sizeof(local.storage);
+  (void)getsockname(s.fd, reinterpret_cast<sockaddr*>(&local.storage), &local.length);
+  (void)getpeername(s.fd, reinterpret_cast<sockaddr*>(&remote.storage), &remote.length);
+  return peerName_ + ", on the rail from " + local.toString() + " to " + remote.toString();
+}
+
+Status TcpConnection::socketError(const Stream& s, int err, const char* what) const {
+  const std::string where = this->where(s);
   if (err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT || err == EHOSTUNREACH) {
     return makeError(collRemoteError,
                      "rank %d (%s) reset the connection (%s during %s); check that rank's "
                      "log and the network between the two hosts",
-                     peer_, peerName_.c_str(), errnoText(err).c_str(), what);
+                     peer_, where.c_str(), errnoText(err).c_str(), what);
   }
-  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_, peerName_.c_str(),
+  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_, where.c_str(),
                    errnoText(err).c_str());
 }
 
@@ -243,7 +255,7 @@ Status TcpConnection::sendOn(Stream& s, bool* progressed) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
-      return socketError(errno, "send");
+      return socketError(s, errno, "send");
     }
     *progressed = true;
     s.sendPos += static_cast<uint64_t>(n);
@@ -269,7 +281,7 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
         closedReason_ = makeError(collRemoteError,
                                   "rank %d (%s) closed the connection; check that rank's log for "
                                   "why it exited",
-                                  peer_, peerName_.c_str());
+                                  peer_, where(s).c_str());
       }
       return okStatus();
     }
@@ -278,10 +290,10 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
       if (errno == EINTR) continue;
       if (errno == ECONNRESET) {
         s.closed = true;
-        if (closedReason_.ok()) closedReason_ = socketError(errno, "recv");
+        if (closedReason_.ok()) closedReason_ = socketError(s, errno, "recv");
         return okStatus();
       }
-      return socketError(errno, "recv");
+      return socketError(s, errno, "recv");
     }
     *progressed = true;
     s.recvPos += static_cast<uint64_t>(n);

@@ -104,13 +104,15 @@ class TcpConnection final : public Connection {
   TcpConnection() = default;
   Status sendOn(Stream& s, bool* progressed);
   Status recvOn(Stream& s, bool* progressed);
-  Status socketError(int err, const char* what) const;
+  Status socketError(const Stream& s, int err, const char* what) const;
+  std::string where(const Stream& s) const;  // the peer's name, and the socket's rail when railed
   bool sendPending(const Stream& s) const;
 
   int peer_ = -1;
   std::string peerName_;
   std::vector<Stream> streams_;
   uint64_t stripe_ = 0;
+  bool railed_ = false;  // sockets over several rails: errors name the socket's addresses
   StreamRing ring_;    // both the send and the receive ring
   uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
   std::byte* sendRing_ = nullptr;
