@@ -307,6 +307,61 @@ TEST(TcpRails, SocketsAreBoundToEveryRail) {
   }
 }
 
+// A rail that fails mid-stream fails the connection (tcp has no failover), naming the rail.
+TEST(TcpRails, ALostRailIsNamed) {
+  SocketAddress bind;
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
+  Secret secret{};
+  secret[0] = 9;
+  collUniqueId id;
+  Status st = startBootstrapRoot(bind, &secret, &id);
+  ASSERT_TRUE(st.ok()) << st.message();
+  SocketAddress rail[2];
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &rail[0]).ok());
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.2:0", &rail[1]).ok());
+  std::unique_ptr<Bootstrap> bs[2];
+  std::unique_ptr<Connection> conn[2];
+  Status results[2];
+  std::string errors[2];
+  bool ok[2] = {true, true};
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      Deadline deadline = Deadline::afterMs(20000);
+      results[r] = Bootstrap::create(id, r, 2, 0x1234, deadline, &bs[r]);
+      if (!results[r].ok()) return;
+      TcpOptions o = smallOptions(2, 256 << 10, 16 << 10);
+      o.rails = {rail[0], rail[1]};
+      results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
+      if (!results[r].ok()) return;
+      if (r == 0) {
+        // Cut rail 2: find the socket of stream 1 by its local address and shut it down.
+        const SocketAddress gone = static_cast<TcpConnection*>(conn[r].get())->streamLocalAddress(1);
+        for (int fd = 3; fd < 4096; ++fd) {
+          SocketAddress a;
+          a.length = sizeof(a.storage);
+          if (getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) == 0 && a == gone) {
+            shutdown(fd, SHUT_RDWR);
+            break;
+          }
+        }
+      }
+      ok[r] = pumpStream(conn[r].get(), 8 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
+      if (ok[r]) {
+        Status h = conn[r]->checkHealth();
+        ok[r] = h.ok();
+        errors[r] = h.message();
+      }
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+    EXPECT_FALSE(ok[r]) << "rank " << r;
+    EXPECT_NE(errors[r].find("on the rail from 127.0.0.2:"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+}
+
 TEST(TcpRails, FromConfigNamesWhatIsMissing) {
   std::vector<SocketAddress> rails;
   unsetenv("COLL_TCP_RAILS");
