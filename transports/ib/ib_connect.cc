@@ -312,6 +312,7 @@ Status connectIb(Bootstrap& bootstrap, std::span<const std::shared_ptr<IbDevice>
   }
   c->qps_ = std::move(lanes);
   c->usedRails_ = agreedRails;
+  c->liveRails_ = (1u << agreedRails) - 1;
   const int nlanes = agreedRails * perRail;
   c->nqps_ = nlanes;
   std::vector<uint64_t> rates;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 
@@ -293,12 +294,13 @@ Status IbConnection::pollCompletions(bool* progressed, uint32_t force) {
   // this end waits for, and rails with a signaled write not yet reaped. The others (receives of
   // later chunks, which the stream reaches in order anyway, and errors of unsignaled writes) wait
   // for every 64th pass, or for the rail to carry the next byte.
-  uint32_t due = ~0u;
+  uint32_t due = liveRails_;
   if (usedRails_ > 1 && (++pollPass_ & 63) != 0 && recvRepair_.pos == UINT64_MAX) {
-    due = force | signaledRails_ | 1u << qps_[recvMap_.laneOf(received_ / chunk_)].rail;
+    due &= force | signaledRails_ | 1u << hotRail_;
   }
-  for (int r = 0; r < usedRails_; ++r) {
-    if (!(due >> r & 1) || rails_[r].dead) continue;
+  while (due != 0) {
+    const int r = std::countr_zero(due);
+    due &= due - 1;
     for (;;) {
       const int n = api_->pollCq(rails_[r].cq, kPollBatch, wc);
       if (n < 0) return makeError(collSystemError, "%s: polling the completion queue failed", railWhere(r).c_str());
@@ -318,6 +320,7 @@ Status IbConnection::pollCompletions(bool* progressed, uint32_t force) {
     // A byte before every QP's next position has arrived: each QP moves only through its own
     // chunks (a lost rail's lanes stop at UINT64_MAX once their bytes are in the repair ranges).
     received_ = std::min(minRecv, recvRepair_.pos);
+    if (usedRails_ > 1) hotRail_ = qps_[recvMap_.laneOf(received_ / chunk_)].rail;
   }
   // The credit block is written by the peer's HCA at any time; each word only grows.
   const uint64_t consumed = credit_[0];
@@ -514,6 +517,7 @@ Status IbConnection::railLost(int rail, const Status& why) {
   if (R.dead) return okStatus();
   R.dead = true;
   R.why = why;
+  liveRails_ &= ~(1u << rail);
   int live = 0;
   for (int r = 0; r < usedRails_; ++r) live += rails_[r].dead ? 0 : 1;
   if (live == 0) {

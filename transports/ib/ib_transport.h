@@ -370,6 +370,8 @@ class IbConnection final : public Connection {
   uint32_t idlePolls_ = 0;
   uint32_t pollPass_ = 0;
   uint32_t signaledRails_ = 0;  // rails that may owe a send completion (a bit per rail)
+  uint32_t liveRails_ = 1;      // rails in use and not lost (a bit per rail)
+  int hotRail_ = 0;             // the rail carrying the next stream byte this end waits for
   bool recvSeen_ = false;       // a receive completion since received_ was last computed
   uint64_t recvsDoneTotal_ = 0;
   uint64_t recvsPublishedTotal_ = 0;
