@@ -61,6 +61,17 @@ write("tcp_hello", "ok", struct.pack("<IIII", 0x636F5443, 1, 2, 19))
 write("tcp_hello", "max", struct.pack("<IIII", 0x636F5443, 1, 64, 26))
 write("tcp_hello", "too_many_streams", struct.pack("<IIII", 0x636F5443, 1, 65, 19))
 write("tcp_hello", "short", struct.pack("<III", 0x636F5443, 1, 2))
+# The same target parses the multi-rail messages: rails (magic, count, token, 8 addresses) and the
+# per-socket preamble (magic, index, streams, stripe log2, token).
+def tcprails(n=2, port=5000):
+    b = struct.pack("<II", 0x6C695254, n) + bytes(range(16))
+    for r in range(8):
+        b += (addr4(port + r, (127, 0, 0, 1 + r)) if r < n else bytes(24))
+    return b
+write("tcp_hello", "rails2", tcprails())
+write("tcp_hello", "rails_noport", tcprails(port=0))
+write("tcp_hello", "preamble", struct.pack("<IIII", 0x6D615254, 1, 4, 19) + bytes(range(16)))
+write("tcp_hello", "preamble_bad_index", struct.pack("<IIII", 0x6D615254, 4, 4, 19) + bytes(range(16)))
 
 # nccl_net, even first byte: message stream [groups-1][piece-1][n-1, (tag, size/17)*n ...] frames
 def frame(tag, payload):
@@ -100,6 +111,8 @@ write("ib_connect", "ib", b"\0" + ibinfo(eth=0, lid=4, qps=4))
 write("ib_connect", "bad_qpn", b"\1" + ibinfo(qpn=0x1000000))
 write("ib_connect", "short", b"\1" + ibinfo()[:100])
 write("ib_connect", "rails4", b"\1" + ibinfo(qps=2, rails=4))
+# A lost-rail notice: magic, rail, switch position, 16 lane positions (u64).
+write("ib_connect", "rail_notice", b"\5" + struct.pack("<IIQ", 0x4C494152, 1, 1 << 20) + struct.pack("<16Q", *range(16)))
 
 # collCommShrink (fuzz_shrink): selector byte (0 request, 1 answer), nranks - 1 (16-bit), message.
 def shrink_req(seq, n, count, digest, listed):

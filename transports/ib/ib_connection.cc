@@ -57,6 +57,23 @@ const char* wcStatusName(ibv_wc_status s) {
 
 }  // namespace
 
+Status checkIbRailNotice(const uint8_t* bytes, size_t size, int rails, uint32_t* rail) {
+  RailNotice notice{};
+  if (size != sizeof(notice)) {
+    return makeError(collRemoteError,
+                     "a rail notice of %zu bytes instead of %zu; are both ranks running the same "
+                     "library version?",
+                     size, sizeof(notice));
+  }
+  memcpy(&notice, bytes, sizeof(notice));
+  if (notice.magic != kRailNoticeMagic || notice.rail >= static_cast<uint32_t>(rails)) {
+    return makeError(collRemoteError, "a malformed rail notice (magic %08x, rail %u of %d)", notice.magic, notice.rail,
+                     rails);
+  }
+  *rail = notice.rail;
+  return okStatus();
+}
+
 IbConnection::~IbConnection() {
   for (Rail& R : rails_) R.device->removeConnection(this);
   for (Qp& q : qps_) {
@@ -585,15 +602,10 @@ Status IbConnection::checkRailNotice() {
     }
     return okStatus();
   }
-  // Remote input: size, magic and rail checked before anything is used.
-  RailNotice notice{};
-  if (msg.size() != sizeof(notice))
-    return protocolError("rail notice size (bytes, expected)", msg.size(), sizeof(notice));
-  memcpy(&notice, msg.data(), sizeof(notice));
-  if (notice.magic != kRailNoticeMagic || notice.rail >= static_cast<uint32_t>(usedRails_)) {
-    return protocolError("rail notice (magic, rail)", notice.magic, notice.rail);
-  }
-  const int rail = static_cast<int>(notice.rail);
+  // Remote input: size, magic and rail checked before anything is used (positions by the install).
+  uint32_t rail32 = 0;
+  COLL_TRY(checkIbRailNotice(msg.data(), msg.size(), usedRails_, &rail32).withContext(where()));
+  const int rail = static_cast<int>(rail32);
   if (rail != failing_) {
     if (rails_[static_cast<size_t>(rail)].dead) return protocolError("a second notice for a lost rail (rail)", rail, 0);
     COLL_TRY(railLost(rail, makeError(collRemoteError, "rank %d lost rail %s of its connection to this rank", peer_,

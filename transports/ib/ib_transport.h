@@ -88,6 +88,9 @@ struct IbPortInfo {
 // keys; ring addresses): remote bytes, checked field by field against this rank's rails (as many
 // as both have) before any is used (tests/fuzz calls it too).
 Status checkIbConnectInfo(const uint8_t* bytes, size_t size, std::span<const IbPortInfo> local, int peer);
+// A peer's notice that it lost a rail (multi-rail failover): size, magic and a rail below `rails`
+// (the positions in it are checked against the connection when used). tests/fuzz calls it too.
+Status checkIbRailNotice(const uint8_t* bytes, size_t size, int rails, uint32_t* rail);
 
 // Registration cache: a buffer range is registered once and found again by address; evict()
 // (memory about to be freed) and the destructor deregister. dmabuf regions (GPU memory exported

@@ -28,7 +28,7 @@ uint32_t log2Of(uint64_t v) {
 
 constexpr uint32_t kRailsMagic = 0x6c695254u;     // "TRil"
 constexpr uint32_t kPreambleMagic = 0x6d615254u;  // "TRam"
-constexpr size_t kTokenBytes = 16;
+constexpr size_t kTokenBytes = kTcpTokenBytes;
 
 // Over the bootstrap (authenticated), from each end: its rail count, its listeners (the higher
 // rank's; the lower rank's are its local addresses, for the log) and, from the higher rank, the
@@ -47,12 +47,57 @@ struct Preamble {
   uint32_t stripeLog2;
   uint8_t token[kTokenBytes];
 };
+static_assert(sizeof(Preamble) == kTcpPreambleBytes);
 
 bool sameToken(const uint8_t* a, const uint8_t* b) {
   uint8_t diff = 0;  // every byte compared: the time says nothing about where they differ
   for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
   return diff == 0;
 }
+
+}  // namespace
+
+Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRailsInfo* out) {
+  RailsMessage in{};
+  if (size != sizeof(in)) {
+    return makeError(collRemoteError, "a tcp rail message of %zu bytes instead of %zu", size, sizeof(in));
+  }
+  memcpy(&in, bytes, sizeof(in));
+  if (in.magic != kRailsMagic || in.rails < 1 || in.rails > static_cast<uint32_t>(kTcpMaxRails)) {
+    return makeError(collRemoteError, "a malformed tcp rail message (magic %08x, %u rails)", in.magic, in.rails);
+  }
+  out->rails = in.rails;
+  memcpy(out->token, in.token, kTokenBytes);
+  out->listeners.clear();
+  for (uint32_t r = 0; fromListener && r < in.rails; ++r) {
+    SocketAddress a;
+    if (!getSocketAddress(in.address[r], &a) || a.isWildcard()) {
+      return makeError(collRemoteError, "a malformed tcp rail message (the address of rail %u)", r);
+    }
+    out->listeners.push_back(a);
+  }
+  return okStatus();
+}
+
+Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out) {
+  Preamble pre{};
+  if (size != sizeof(pre)) {
+    return makeError(collRemoteError, "a tcp rail handshake of %zu bytes instead of %zu", size, sizeof(pre));
+  }
+  memcpy(&pre, bytes, sizeof(pre));
+  if (pre.magic != kPreambleMagic || pre.streams < 1 || pre.streams > static_cast<uint32_t>(kTcpMaxStreams) ||
+      pre.index >= pre.streams || pre.stripeLog2 < 6 || pre.stripeLog2 > 26) {
+    return makeError(collRemoteError, "a malformed tcp rail handshake (magic %08x, stream %u of %u, stripe 2^%u)",
+                     pre.magic, pre.index, pre.streams, pre.stripeLog2);
+  }
+  out->index = pre.index;
+  out->streams = pre.streams;
+  out->stripeLog2 = pre.stripeLog2;
+  memcpy(out->token, pre.token, kTokenBytes);
+  return okStatus();
+}
+
+namespace {
 
 // The sockets of a connection over several rails. The lower rank connects socket i from its rail
 // i mod rails to the higher rank's listener on the same rail; the higher rank accepts on all its
@@ -83,14 +128,8 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   std::vector<uint8_t> raw;
   COLL_TRY(bootstrap.recv(peer, kTcpTagRails, &raw, sizeof(RailsMessage), deadline)
                .withContext(context("rail addresses (is COLL_TCP_RAILS the same on every rank?)")));
-  RailsMessage in{};
-  if (raw.size() != sizeof(in)) {
-    return makeError(collRemoteError, "%s", context("a malformed rail message (size)").c_str());
-  }
-  memcpy(&in, raw.data(), sizeof(in));
-  if (in.magic != kRailsMagic || in.rails < 1 || in.rails > static_cast<uint32_t>(kTcpMaxRails)) {
-    return makeError(collRemoteError, "%s", context("a malformed rail message (magic or rail count)").c_str());
-  }
+  TcpRailsInfo in;
+  COLL_TRY(parseTcpRails(raw.data(), raw.size(), me < peer, &in).withContext(context("rail addresses")));
   const int rails = std::min(mine, static_cast<int>(in.rails));
   if (rails != mine) {
     COLL_WARN(me, "%s",
@@ -111,10 +150,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
     memcpy(pre.token, in.token, kTokenBytes);
     for (int i = 0; i < agreed->streams; ++i) {
       const int r = i % rails;
-      SocketAddress to;
-      if (!getSocketAddress(in.address[r], &to) || to.isWildcard()) {
-        return makeError(collRemoteError, "%s", context("a malformed rail address").c_str());
-      }
+      const SocketAddress& to = in.listeners[r];
       SocketAddress from = agreed->rails[r];
       from.setPort(0);
       Socket s;
@@ -143,20 +179,19 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
       Socket s;
       SocketAddress from;
       if (!listeners[r].accept(deadline, &s, &from).ok()) continue;
-      Preamble pre{};
-      if (!s.recvAll(&pre, sizeof(pre), Deadline::afterMs(std::min(5000, deadline.remainingMs()))).ok() ||
-          pre.magic != kPreambleMagic || !sameToken(pre.token, out.token)) {
-        COLL_WARN(
-            me, "%s",
-            context(("dropped a connection from " + from.toString() + " without the rail token").c_str()).c_str());
+      uint8_t wire[kTcpPreambleBytes];
+      TcpPreamble pre;
+      if (!s.recvAll(wire, sizeof(wire), Deadline::afterMs(std::min(5000, deadline.remainingMs()))).ok() ||
+          !parseTcpPreamble(wire, sizeof(wire), &pre).ok() || !sameToken(pre.token, out.token)) {
+        COLL_WARN(me, "%s",
+                  context(("dropped a connection from " + from.toString() + " without a valid rail handshake").c_str())
+                      .c_str());
         continue;
       }
-      // Remote input (authenticated by the token, still checked): count, index and stripe.
-      if (pre.streams < 1 || pre.streams > static_cast<uint32_t>(kTcpMaxStreams) || pre.index >= pre.streams ||
-          (streams != 0 && (pre.streams != streams || pre.stripeLog2 != stripeLog2)) || pre.stripeLog2 < 6 ||
-          pre.stripeLog2 > 26) {
+      // Authenticated by the token, and each socket must agree with the first.
+      if (streams != 0 && (pre.streams != streams || pre.stripeLog2 != stripeLog2)) {
         return makeError(collRemoteError, "%s",
-                         context("a malformed rail handshake (streams, index or stripe)").c_str());
+                         context("rail handshakes that disagree (stream count or stripe)").c_str());
       }
       if (streams == 0) {
         streams = pre.streams;

@@ -56,6 +56,26 @@ struct TcpHello {
 void encodeTcpHello(const TcpHello& hello, uint8_t out[kTcpHelloBytes]);
 Status parseTcpHello(const uint8_t* bytes, size_t size, TcpHello* out);
 
+// The setup messages of a pair over several rails (connectTcp). Remote bytes: the parsers check
+// magic, sizes, counts and addresses (tests/fuzz calls them too). The higher rank's message carries
+// its listeners (every one must decode) and the token the lower rank's sockets present.
+constexpr size_t kTcpTokenBytes = 16;
+struct TcpRailsInfo {
+  uint32_t rails = 0;
+  uint8_t token[kTcpTokenBytes] = {};
+  std::vector<SocketAddress> listeners;  // from the higher rank only
+};
+Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRailsInfo* out);
+// The first bytes of each socket of such a pair, from the lower rank.
+constexpr size_t kTcpPreambleBytes = 32;
+struct TcpPreamble {
+  uint32_t index = 0;
+  uint32_t streams = 0;
+  uint32_t stripeLog2 = 0;
+  uint8_t token[kTcpTokenBytes] = {};
+};
+Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out);
+
 // Both ranks of a pair call this when they first need each other: the lower rank connects
 // `streams` sockets (bootstrap.connectData(peer, kTcpTagBase + i)) and tells the higher one the
 // stream count and stripe over the first; the higher rank accepts them.
