@@ -20,7 +20,8 @@ const StringKnob kIbHca("COLL_IB_HCA", "",
                         {KnobSection::Transports, 80});
 const IntKnob kIbRails("COLL_IB_RAILS", "1",
                        "Rails (active ports COLL_IB_HCA admits, nearest first) each ib connection stripes over, 1-8; "
-                       "0: every one. Fewer available than asked is an error.",
+                       "0: every one; -1: the RDMA NICs placement finds equally near the rank. Fewer available than "
+                       "asked is an error.",
                        {KnobSection::Transports, 85});
 const IntKnob kIbGidIndex("COLL_IB_GID_INDEX", "-1",
                           "RoCE GID table index. -1: automatic, preferring RoCE v2 with an IPv4-mapped address.",
@@ -202,7 +203,7 @@ IbOptions ibOptionsFromConfig() {
   o.hca = kIbHca.get();
   o.gidIndex = static_cast<int>(std::clamp<int64_t>(kIbGidIndex.get(), -1, 1 << 20));
   o.qps = static_cast<int>(std::clamp<int64_t>(kIbQpsPerConnection.get(), 1, kIbMaxQps));
-  o.rails = static_cast<int>(std::clamp<int64_t>(kIbRails.get(), 0, kIbMaxRails));
+  o.rails = static_cast<int>(std::clamp<int64_t>(kIbRails.get(), -1, kIbMaxRails));
   o.trafficClass = static_cast<int>(std::clamp<int64_t>(kIbTrafficClass.get(), 0, 255));
   o.serviceLevel = static_cast<int>(std::clamp<int64_t>(kIbServiceLevel.get(), 0, 15));
   o.timeout = static_cast<int>(std::clamp<int64_t>(kIbTimeout.get(), 0, 31));
@@ -211,8 +212,9 @@ IbOptions ibOptionsFromConfig() {
   return o;
 }
 
-std::vector<std::string> nearIbDevices() {
+std::vector<std::string> nearIbDevices(int* equallyNear) {
   std::vector<std::string> names;
+  if (equallyNear != nullptr) *equallyNear = 0;
   const PlacementHint* hint = currentPlacementHint();
   if (hint == nullptr || hint->node == nullptr) return names;
   std::vector<int32_t> rdma;  // the local ranks share out RDMA devices, not Ethernet-only NICs
@@ -220,8 +222,14 @@ std::vector<std::string> nearIbDevices() {
     if (hint->node->nics[n].ports > 0) rdma.push_back(static_cast<int32_t>(n));
   }
   if (rdma.empty()) return names;
-  for (int32_t n : nicsByDistance(*hint->node, hint->place, rdma, hint->localRank)) {
-    names.push_back(hint->node->nics[static_cast<size_t>(n)].name);
+  const std::vector<int32_t> order = nicsByDistance(*hint->node, hint->place, rdma, hint->localRank);
+  for (int32_t n : order) names.push_back(hint->node->nics[static_cast<size_t>(n)].name);
+  if (equallyNear != nullptr) {
+    const PathType nearest = nicPath(*hint->node, hint->place, order[0]);
+    while (*equallyNear < static_cast<int>(order.size()) &&
+           nicPath(*hint->node, hint->place, order[static_cast<size_t>(*equallyNear)]) == nearest) {
+      ++*equallyNear;
+    }
   }
   return names;
 }
@@ -277,7 +285,9 @@ Status IbDevice::openRails(const VerbsApi& api, const IbOptions& options, std::v
   IbHcaFilter filter;
   COLL_TRY(parseIbHcaList(options.hca, &filter));
   const std::string hcaKnob = options.hca.empty() ? std::string("COLL_IB_HCA") : "COLL_IB_HCA=" + options.hca;
-  const int want = options.rails <= 0 ? kIbMaxRails : std::min(options.rails, kIbMaxRails);
+  // -1: as many as placement found equally near (one without a topology), each required.
+  const int asked = options.rails < 0 ? std::clamp(options.nearRails, 1, kIbMaxRails) : options.rails;
+  const int want = asked == 0 ? kIbMaxRails : std::min(asked, kIbMaxRails);
   int num = 0;
   ibv_device** list = api.getDeviceList(&num);
   if (list == nullptr || num <= 0) {
@@ -414,16 +424,16 @@ Status IbDevice::openRails(const VerbsApi& api, const IbOptions& options, std::v
                      "`ibv_devinfo` and COLL_IB_HCA",
                      hcaKnob.c_str(), seen.c_str());
   }
-  if (options.rails > 0 && static_cast<int>(rails.size()) < options.rails) {
+  if (asked > 0 && static_cast<int>(rails.size()) < asked) {
     std::string taken;
     for (const auto& r : rails) taken += (taken.empty() ? "" : ", ") + r->name();
     return makeError(collSystemError,
-                     "COLL_IB_RAILS=%d but only %zu active port(s) that %s admits: %s (not usable: %s); check "
-                     "`ibv_devinfo`, COLL_IB_HCA and COLL_IB_RAILS",
-                     options.rails, rails.size(), hcaKnob.c_str(), taken.c_str(),
+                     "COLL_IB_RAILS=%d (%d rails) but only %zu active port(s) that %s admits: %s (not usable: %s); "
+                     "check `ibv_devinfo`, COLL_IB_HCA and COLL_IB_RAILS",
+                     options.rails, asked, rails.size(), hcaKnob.c_str(), taken.c_str(),
                      skipped.empty() ? "none" : skipped.c_str());
   }
-  if (options.rails <= 0 && !skipped.empty()) {
+  if (asked == 0 && !skipped.empty()) {
     COLL_WARN(-1, "COLL_IB_RAILS=0: using %zu rail(s); these ports that %s admits are not usable: %s", rails.size(),
               hcaKnob.c_str(), skipped.c_str());
   }

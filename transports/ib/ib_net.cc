@@ -65,7 +65,7 @@ class IbNet final : public NetTransport {
 
 Status createIbNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
   IbOptions options = ibOptionsFromConfig();
-  options.nearDevices = nearIbDevices();
+  options.nearDevices = nearIbDevices(&options.nearRails);
   // As NCCL: the communicator's class replaces COLL_IB_TC; the service level stays COLL_IB_SL.
   if (trafficClass != kTrafficClassUnset) options.trafficClass = trafficClass;
   std::vector<std::shared_ptr<IbDevice>> rails;

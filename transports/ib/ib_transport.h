@@ -52,7 +52,7 @@ struct IbOptions {
   std::string hca;                  // COLL_IB_HCA
   int gidIndex = -1;                // COLL_IB_GID_INDEX; -1: prefer RoCE v2 with an IPv4-mapped address
   int qps = 2;                      // COLL_IB_QPS_PER_CONNECTION (per rail)
-  int rails = 1;                    // COLL_IB_RAILS: ports per connection; 0: every admitted active port
+  int rails = 1;  // COLL_IB_RAILS: ports per connection; 0: every admitted active port; -1: the equally near
   int trafficClass = 0;             // the communicator's, else COLL_IB_TC (GRH: RoCE only)
   int serviceLevel = 0;             // COLL_IB_SL
   int timeout = 20;                 // COLL_IB_TIMEOUT: ACK timeout 4.096 us * 2^timeout
@@ -64,11 +64,13 @@ struct IbOptions {
   // Devices to try first, nearest to the rank first (placement); only when COLL_IB_HCA is unset.
   // Devices not named are tried after them, in the order verbs lists them.
   std::vector<std::string> nearDevices;
+  int nearRails = 0;  // how many of them, from the front, are equally near (COLL_IB_RAILS=-1)
 };
 IbOptions ibOptionsFromConfig();
 // The RDMA devices of the node's topology ordered by their distance to this rank, from the
 // placement hint of the communicator being created (empty without one).
-std::vector<std::string> nearIbDevices();
+// `equallyNear` (optional): how many at the front share the nearest path type.
+std::vector<std::string> nearIbDevices(int* equallyNear = nullptr);
 
 // What discovery chose.
 struct IbPortInfo {
