@@ -206,8 +206,11 @@ Status IbConnection::handleCompletion(const ibv_wc& wc, int* reposts) {
   const int q = static_cast<int>(wc.wr_id & kQpMask);
   if (q >= nqps_) return makeError(collInternalError, "%s: completion for unknown QP %d", where().c_str(), q);
   Qp& Q = qps_[q];
-  // A lost rail's late completions (flushes after its QPs went to the error state) change nothing.
-  if (rails_[static_cast<size_t>(Q.rail)].dead && (frozen_ || wc.status != IBV_WC_SUCCESS)) return okStatus();
+  // A lost rail's completions count only while its CQ is drained (freezeRail: what it delivered
+  // before its QPs went to the error state); its failures and anything later change nothing.
+  if (rails_[static_cast<size_t>(Q.rail)].dead && (wc.status != IBV_WC_SUCCESS || Q.rail != failing_ || frozen_)) {
+    return okStatus();
+  }
   if (wc.status != IBV_WC_SUCCESS) {
     const bool recv = (wc.wr_id & kRecvBit) != 0;
     const bool credit = !recv && (wc.wr_id & kCreditBit) != 0;
