@@ -95,8 +95,8 @@ IbOptions railOptions(int rails, int qps = 2) {
   return o;
 }
 
-// Two ranks as threads with real bootstraps, each opening its rails and connecting to the other.
-void withRailPair(const IbOptions& o, const std::function<void(int, IbConnection*)>& body, Status results[2]) {
+// Two ranks as threads with real bootstraps, each opening its rails (options[r]) and connecting.
+void withRailPair(const IbOptions options[2], const std::function<void(int, IbConnection*)>& body, Status results[2]) {
   SocketAddress bind;
   ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
   Secret secret{};
@@ -112,15 +112,19 @@ void withRailPair(const IbOptions& o, const std::function<void(int, IbConnection
       results[r] = Bootstrap::create(id, r, 2, 0x1234, deadline, &bs);
       if (!results[r].ok()) return;
       std::vector<std::shared_ptr<IbDevice>> rails;
-      results[r] = IbDevice::openRails(activeVerbsApi(), o, &rails);
+      results[r] = IbDevice::openRails(activeVerbsApi(), options[r], &rails);
       if (!results[r].ok()) return;
       std::unique_ptr<IbConnection> conn;
-      results[r] = connectIb(*bs, rails, 1 - r, o, deadline, &conn);
+      results[r] = connectIb(*bs, rails, 1 - r, options[r], deadline, &conn);
       if (!results[r].ok()) return;
       body(r, conn.get());
     });
   }
   for (auto& th : t) th.join();
+}
+void withRailPair(const IbOptions& o, const std::function<void(int, IbConnection*)>& body, Status results[2]) {
+  const IbOptions both[2] = {o, o};
+  withRailPair(both, body, results);
 }
 
 struct RailRun {
@@ -297,6 +301,34 @@ TEST_P(IbRailLoss, TrafficMovesToTheOtherRailsBitExact) {
   EXPECT_NE(loggedLine("lost rail verbsdouble1:1"), "");
 }
 INSTANTIATE_TEST_SUITE_P(Rails, IbRailLoss, ::testing::Values(2, 4));
+
+TEST_F(IbRails, APeerWithFewerRailsIsWarnedAbout) {
+  {
+    std::lock_guard<std::mutex> lock(gLogMu);
+    gLog.clear();
+  }
+  setLogSink(captureLog);
+  const IbOptions opts[2] = {railOptions(4), railOptions(2)};
+  Status results[2];
+  int rails[2] = {0, 0};
+  bool ok[2] = {false, false};
+  std::string errors[2];
+  withRailPair(
+      opts,
+      [&](int r, IbConnection* c) {
+        rails[r] = c->rails();
+        ok[r] = pumpStream(c, 4 << 20, 300 + r, 301 - r, r, 100000, &errors[r]);
+      },
+      results);
+  setLogSink(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << results[r].message();
+    EXPECT_TRUE(ok[r]) << errors[r];
+    EXPECT_EQ(rails[r], 2);
+  }
+  const std::string line = loggedLine("stay unused");
+  EXPECT_NE(line.find("verbsdouble2:1, verbsdouble3:1"), std::string::npos) << line;
+}
 
 TEST_F(IbRails, EveryRailLostFailsNamingThem) {
   bool ok[2] = {false, false};

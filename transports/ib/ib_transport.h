@@ -231,7 +231,7 @@ class IbConnection final : public Connection {
   uint64_t flushedBytes() const override { return error_.ok() ? sendDone_ : committed_; }
 
   int qps() const { return nqps_; }  // lanes: queue pairs over all rails
-  int rails() const { return static_cast<int>(rails_.size()); }
+  int rails() const { return usedRails_; }  // carrying lanes (those both ends have)
   std::string railName(int rail) const { return rails_[static_cast<size_t>(rail)].device->name(); }
   // Stream bytes handed to the rail's HCA so far: how the stripes were spread.
   uint64_t railBytesSent(int rail) const { return rails_[static_cast<size_t>(rail)].bytesSent; }
