@@ -39,7 +39,7 @@ constexpr uint16_t kIdVersion = 2;            // 2: rank-table entries carry the
 constexpr uint32_t kRegMagic = 0x47524c43;    // "CLRG"
 constexpr uint32_t kRegVersion = 3;           // 2: entries carry the machine hash and CPUs; 3: groups
 constexpr uint32_t kHelloMagic = 0x4c484c43;  // "CLHL"
-constexpr size_t kAddrWire = 24;
+constexpr size_t kAddrWire = kSocketAddressWire;
 constexpr size_t kEntryWire = kAddrWire + 28;  // address, hostHash, pid, netMask, machineHash, cpus
 constexpr size_t kRegWire = 24 + kEntryWire + 12;  // + groups, group, block count
 constexpr size_t kHelloWire = 20;
@@ -82,51 +82,8 @@ using le::put16;
 using le::put32;
 using le::put64;
 
-// family code (4/6), pad, port, IPv6 scope id, 16 address bytes.
-bool putAddress(uint8_t* p, const SocketAddress& a) {
-  memset(p, 0, kAddrWire);
-  if (a.family() == AF_INET) {
-    auto* s = reinterpret_cast<const sockaddr_in*>(&a.storage);
-    p[0] = 4;
-    put16(p + 2, a.port());
-    memcpy(p + 8, &s->sin_addr, 4);
-    return true;
-  }
-  if (a.family() == AF_INET6) {
-    auto* s = reinterpret_cast<const sockaddr_in6*>(&a.storage);
-    p[0] = 6;
-    put16(p + 2, a.port());
-    put32(p + 4, s->sin6_scope_id);
-    memcpy(p + 8, &s->sin6_addr, 16);
-    return true;
-  }
-  return false;
-}
-
-bool getAddress(const uint8_t* p, SocketAddress* out) {
-  SocketAddress a;
-  if (p[0] == 4) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&a.storage);
-    s->sin_family = AF_INET;
-    memcpy(&s->sin_addr, p + 8, 4);
-    a.length = sizeof(sockaddr_in);
-  } else if (p[0] == 6) {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&a.storage);
-    s->sin6_family = AF_INET6;
-    s->sin6_scope_id = get32(p + 4);
-    memcpy(&s->sin6_addr, p + 8, 16);
-    a.length = sizeof(sockaddr_in6);
-  } else {
-    return false;
-  }
-  a.setPort(get16(p + 2));
-  if (a.port() == 0) return false;
-  *out = a;
-  return true;
-}
-
 void putEntry(uint8_t* p, const PeerInfo& info) {
-  putAddress(p, info.address);
+  putSocketAddress(p, info.address);
   put64(p + kAddrWire, info.hostHash);
   put32(p + kAddrWire + 8, static_cast<uint32_t>(info.pid));
   put32(p + kAddrWire + 12, info.netMask);
@@ -136,7 +93,7 @@ void putEntry(uint8_t* p, const PeerInfo& info) {
 
 bool getEntry(const uint8_t* p, PeerInfo* out) {
   PeerInfo info;
-  if (!getAddress(p, &info.address)) return false;
+  if (!getSocketAddress(p, &info.address)) return false;
   info.hostHash = get64(p + kAddrWire);
   info.pid = static_cast<int32_t>(get32(p + kAddrWire + 8));
   info.netMask = get32(p + kAddrWire + 12);
@@ -172,7 +129,7 @@ Deadline shorter(Deadline a, int ms) { return a.remainingMs() < ms ? a : Deadlin
 
 uint64_t hashOfId(const UniqueIdContents& c) {
   uint8_t buf[kAddrWire + 8];
-  putAddress(buf, c.root);
+  putSocketAddress(buf, c.root);
   put64(buf + kAddrWire, c.commNonce);
   auto d = sha256(buf, sizeof(buf));
   return get64(d.data());
@@ -850,7 +807,7 @@ Status encodeUniqueId(const UniqueIdContents& c, collUniqueId* out) {
   put32(p, kIdMagic);
   put16(p + 4, kIdVersion);
   p[6] = c.authenticated ? 1 : 0;
-  if (!putAddress(p + 8, c.root) || c.root.port() == 0) {
+  if (!putSocketAddress(p + 8, c.root) || c.root.port() == 0) {
     return makeError(collInvalidArgument,
                      "unique id: the root address %s is not an IPv4/IPv6 "
                      "address with a port",
@@ -877,7 +834,7 @@ Status decodeUniqueId(const collUniqueId& id, UniqueIdContents* out) {
   }
   if (p[6] > 1) return makeError(collInvalidArgument, "unique id: corrupt flags");
   UniqueIdContents c;
-  if (!getAddress(p + 8, &c.root)) {
+  if (!getSocketAddress(p + 8, &c.root)) {
     return makeError(collInvalidArgument, "unique id: corrupt root address (family code %u)", p[8]);
   }
   c.authenticated = p[6] == 1;

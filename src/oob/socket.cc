@@ -16,10 +16,54 @@
 #include <cstring>
 #include <thread>
 
+#include "src/base/byte_order.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 
 namespace coll {
+
+// family code (4/6), pad, port, IPv6 scope id, 16 address bytes.
+bool putSocketAddress(uint8_t* p, const SocketAddress& a) {
+  memset(p, 0, kSocketAddressWire);
+  if (a.family() == AF_INET) {
+    auto* s = reinterpret_cast<const sockaddr_in*>(&a.storage);
+    p[0] = 4;
+    le::put16(p + 2, a.port());
+    memcpy(p + 8, &s->sin_addr, 4);
+    return true;
+  }
+  if (a.family() == AF_INET6) {
+    auto* s = reinterpret_cast<const sockaddr_in6*>(&a.storage);
+    p[0] = 6;
+    le::put16(p + 2, a.port());
+    le::put32(p + 4, s->sin6_scope_id);
+    memcpy(p + 8, &s->sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
+bool getSocketAddress(const uint8_t* p, SocketAddress* out) {
+  SocketAddress a;
+  if (p[0] == 4) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&a.storage);
+    s->sin_family = AF_INET;
+    memcpy(&s->sin_addr, p + 8, 4);
+    a.length = sizeof(sockaddr_in);
+  } else if (p[0] == 6) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&a.storage);
+    s->sin6_family = AF_INET6;
+    s->sin6_scope_id = le::get32(p + 4);
+    memcpy(&s->sin6_addr, p + 8, 16);
+    a.length = sizeof(sockaddr_in6);
+  } else {
+    return false;
+  }
+  a.setPort(le::get16(p + 2));
+  if (a.port() == 0) return false;
+  *out = a;
+  return true;
+}
 
 const StringKnob kSocketIfname("COLL_SOCKET_IFNAME", "",
                                "Interfaces to use: prefix list (eth,ib), ^ to exclude, = for exact names.",
@@ -386,8 +430,8 @@ Status Socket::listen(const SocketAddress& address, int backlog, Socket* out, So
   return okStatus();
 }
 
-Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* out,
-                       const std::atomic<bool>* cancelled) {
+Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* out, const std::atomic<bool>* cancelled,
+                       const SocketAddress* local) {
   int backoffMs = 5;
   int lastErr = 0;
   int attempts = 0;
@@ -399,6 +443,10 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, Socket* 
                        errnoText(errno).c_str());
     }
     Socket s(fd);
+    if (local != nullptr && ::bind(fd, reinterpret_cast<const sockaddr*>(&local->storage), local->length) != 0) {
+      return makeError(collSystemError, "cannot bind a connection to %s to the local address %s: %s",
+                       address.toString().c_str(), local->toString().c_str(), errnoText(errno).c_str());
+    }
     int rc;
     do {
       rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&address.storage), address.length);

@@ -39,6 +39,13 @@ struct SocketAddress {
   static SocketAddress wildcard(int family, uint16_t port);
 };
 
+// An address on the wire (bootstrap messages, tcp rail addresses): family code (4/6), pad, port
+// (little-endian), IPv6 scope id, 16 address bytes. get fails on an unknown family or port 0
+// (remote bytes).
+constexpr size_t kSocketAddressWire = 24;
+bool putSocketAddress(uint8_t* p, const SocketAddress& a);
+bool getSocketAddress(const uint8_t* p, SocketAddress* out);
+
 struct NetInterface {
   std::string name;
   SocketAddress address;  // port 0
@@ -80,8 +87,9 @@ class Socket {
   static Status listen(const SocketAddress& address, int backlog, Socket* out, SocketAddress* bound);
   // Connects with retries on ECONNREFUSED until the deadline, or until *cancelled (when given)
   // turns true: an abort must not wait out the retries towards a peer that has gone.
+  // `local` (port 0), when given: the connection leaves from that address (a tcp rail).
   static Status connect(const SocketAddress& address, Deadline deadline, Socket* out,
-                        const std::atomic<bool>* cancelled = nullptr);
+                        const std::atomic<bool>* cancelled = nullptr, const SocketAddress* local = nullptr);
   // Accepts one connection (or fails at the deadline).
   Status accept(Deadline deadline, Socket* out, SocketAddress* peer) const;
 

@@ -1,11 +1,25 @@
-// libFuzzer target: the TCP transport's handshake (parseTcpHello), the only header the tcp
-// transport reads off a data socket; what it accepts must survive an encode/parse round trip.
+// libFuzzer target: the TCP transport's handshakes: parseTcpHello (what it accepts must survive an
+// encode/parse round trip), and the multi-rail pair's rail message and per-socket preamble
+// (parseTcpRails, parseTcpPreamble), whose accepted values must be in range.
 #include <cstddef>
 #include <cstdint>
 
 #include "transports/tcp/tcp_transport.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  for (bool fromListener : {false, true}) {
+    coll::TcpRailsInfo rails;
+    if (coll::parseTcpRails(data, size, fromListener, &rails).ok() &&
+        (rails.rails < 1 || rails.rails > static_cast<uint32_t>(coll::kTcpMaxRails) ||
+         rails.listeners.size() != (fromListener ? rails.rails : 0u))) {
+      __builtin_trap();
+    }
+  }
+  coll::TcpPreamble pre;
+  if (coll::parseTcpPreamble(data, size, &pre).ok() &&
+      (pre.streams < 1 || pre.streams > static_cast<uint32_t>(coll::kTcpMaxStreams) || pre.index >= pre.streams)) {
+    __builtin_trap();
+  }
   coll::TcpHello hello;
   if (!coll::parseTcpHello(data, size, &hello).ok()) return 0;
   if (hello.streams < 1 || hello.streams > static_cast<uint32_t>(coll::kTcpMaxStreams) || hello.stripeLog2 < 6 ||

@@ -65,6 +65,17 @@ write("tcp_hello", "ok", struct.pack("<IIII", 0x636F5443, 1, 2, 19))
 write("tcp_hello", "max", struct.pack("<IIII", 0x636F5443, 1, 64, 26))
 write("tcp_hello", "too_many_streams", struct.pack("<IIII", 0x636F5443, 1, 65, 19))
 write("tcp_hello", "short", struct.pack("<III", 0x636F5443, 1, 2))
+# The same target parses the multi-rail messages: rails (magic, count, token, 8 addresses) and the
+# per-socket preamble (magic, index, streams, stripe log2, token).
+def tcprails(n=2, port=5000):
+    b = struct.pack("<II", 0x6C695254, n) + bytes(range(16))
+    for r in range(8):
+        b += (addr4(port + r, (127, 0, 0, 1 + r)) if r < n else bytes(24))
+    return b
+write("tcp_hello", "rails2", tcprails())
+write("tcp_hello", "rails_noport", tcprails(port=0))
+write("tcp_hello", "preamble", struct.pack("<IIII", 0x6D615254, 1, 4, 19) + bytes(range(16)))
+write("tcp_hello", "preamble_bad_index", struct.pack("<IIII", 0x6D615254, 4, 4, 19) + bytes(range(16)))
 
 # nccl_net, even first byte: message stream [groups-1][piece-1][n-1, (tag, size/17)*n ...] frames
 def frame(tag, payload):
@@ -91,15 +102,21 @@ for i, (sel, text) in enumerate([
 ]):
     write("config", "seed%02d" % i, bytes([sel]) + text)
 
-# ib_connect: [local is RoCE][IbWireInfo: 18 u32/u64 fields then 16 qpn + 16 psn]
-def ibinfo(qps=1, ring=20, depth=64, mtu=3, eth=1, lid=0, qpn=0x11):
-    b = struct.pack("<8I", 0x6F434249, 1, qps, ring, depth, mtu, eth, lid) + bytes(range(16))
-    b += struct.pack("<QQII", 0x10000, 0x20000, 7, 8)
-    return b + struct.pack("<16I", *([qpn] * qps + [0] * (16 - qps))) + struct.pack("<16I", *([5] * 16))
+# ib_connect: [local is RoCE][header: 6 u32 (magic, version, qps, ringLog2, recvDepth, rails) and
+# 2 u64 addresses][per rail: mtu, ethernet, lid, rate, 16-byte GID, 2 rkeys, 16 qpn + 16 psn]
+def ibinfo(qps=1, ring=20, depth=64, mtu=3, eth=1, lid=0, qpn=0x11, rails=1):
+    b = struct.pack("<6IQQ", 0x6F434249, 2, qps, ring, depth, rails, 0x10000, 0x20000)
+    for _ in range(rails):
+        b += struct.pack("<4I", mtu, eth, lid, 100000) + bytes(range(16)) + struct.pack("<II", 7, 8)
+        b += struct.pack("<16I", *([qpn] * qps + [0] * (16 - qps))) + struct.pack("<16I", *([5] * 16))
+    return b
 write("ib_connect", "roce", b"\1" + ibinfo())
 write("ib_connect", "ib", b"\0" + ibinfo(eth=0, lid=4, qps=4))
 write("ib_connect", "bad_qpn", b"\1" + ibinfo(qpn=0x1000000))
 write("ib_connect", "short", b"\1" + ibinfo()[:100])
+write("ib_connect", "rails4", b"\1" + ibinfo(qps=2, rails=4))
+# A lost-rail notice: magic, rail, switch position, 16 lane positions (u64).
+write("ib_connect", "rail_notice", b"\5" + struct.pack("<IIQ", 0x4C494152, 1, 1 << 20) + struct.pack("<16Q", *range(16)))
 
 # collCommShrink (fuzz_shrink): selector byte (0 request, 1 answer), nranks - 1 (16-bit), message.
 def shrink_req(seq, n, count, digest, listed):

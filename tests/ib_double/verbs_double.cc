@@ -1630,8 +1630,9 @@ int dQueryPort(ibv_context* c, uint8_t port, ibv_port_attr* a) {
   a->lid = h->options.infiniband ? h->lid : 0;
   a->sm_lid = h->options.infiniband ? 1 : 0;
   a->max_vl_num = 1;
-  a->active_width = 2;                // 4x
-  a->active_speed = 32;               // EDR
+  a->active_width = 2;  // 4x
+  const uint8_t speed = h->index >= 0 && h->index < kMaxDevices ? h->options.activeSpeed[h->index] : 0;
+  a->active_speed = speed != 0 ? speed : 32;  // EDR
   a->phys_state = h->portUp ? 5 : 3;  // LinkUp : Disabled
   a->link_layer = h->options.infiniband ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
   return 0;
@@ -2327,6 +2328,17 @@ void injectVerbsFault(VerbsFault fault) {
       h->wireCut = false;
     }
   }
+}
+
+void injectVerbsDeviceFault(VerbsFault fault, int device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (device < 0 || device >= kMaxDevices) return;
+  Hca* h = r.hcas[device];
+  if (!h || h->pid != getpid()) return;
+  std::lock_guard<std::mutex> hl(h->mu);
+  if (fault == VerbsFault::PortDown) setPortState(h, false);
+  if (fault == VerbsFault::CutWire) cutWire(h);
 }
 
 }  // namespace coll::testing

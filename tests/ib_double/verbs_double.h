@@ -41,6 +41,10 @@ struct VerbsDoubleOptions {
   int maxCqe = 65536;
   bool infiniband = false;  // true: ports report the InfiniBand link layer (LID addressing, one
                             // IB GID); false: Ethernet (RoCE v1/v2 GIDs, GRH required)
+  // Per device, the lane speed its port reports (ibv_port_attr.active_speed codes: 2 DDR, 4 QDR,
+  // 16 FDR, 32 EDR, 64 HDR; 4x width); 0: EDR. Only reported (it weighs multi-rail striping): the
+  // double moves every device's bytes as fast as it can.
+  uint8_t activeSpeed[8] = {};
 };
 // Applies to devices opened after the call.
 void configureVerbsDouble(const VerbsDoubleOptions& options);
@@ -56,5 +60,8 @@ enum class VerbsFault {
 };
 // None clears the pending faults and brings ports and wires back up (IBV_EVENT_PORT_ACTIVE).
 void injectVerbsFault(VerbsFault fault);
+// PortDown or CutWire of one device ("verbsdouble<device>") of this process, already open: a
+// rail lost while the others carry on.
+void injectVerbsDeviceFault(VerbsFault fault, int device);
 
 }  // namespace coll::testing

@@ -1,14 +1,20 @@
 // Whole collectives over COLL_TRANSPORT=ib on the verbs test double, ranks as threads of this
-// process: exact results for 2-4 ranks, a small staging ring, and a send/receive ping-pong that
-// bench/ib_double_instructions.sh counts instructions on.
+// process: exact results for 2-4 ranks, a small staging ring, multi-rail (4 rails, and a rail
+// lost mid-run), and a send/receive ping-pong that bench/ib_double_instructions.sh counts
+// instructions on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/collective.h"
+#include "src/base/log.h"
 #include "tests/ib_double/verbs_double.h"
 #include "tests/unit/comm_threads.h"
 #include "transports/ib/verbs_api.h"
@@ -163,11 +169,18 @@ TEST(IbCollectivesRealDevice, ExactResults) {
 }
 
 // Small-message ping-pong through the API (executor + transport + double). The iteration count
-// comes from IB_PINGPONG_ITERS so the instruction-count script can run it at two lengths.
+// comes from IB_PINGPONG_ITERS so the instruction-count script can run it at two lengths, and
+// the rails (double devices and COLL_IB_RAILS) from IB_PINGPONG_RAILS (default 1).
 TEST(IbPingPong, SmallMessages) {
+  const char* railsEnv = getenv("IB_PINGPONG_RAILS");
+  const int rails = railsEnv ? std::max(1, atoi(railsEnv)) : 1;
+  coll::testing::VerbsDoubleOptions vo;
+  vo.devices = rails;
+  coll::testing::configureVerbsDouble(vo);
   coll::setVerbsApiForTesting(&coll::testing::verbsTestDouble());
   setenv("COLL_TRANSPORT", "ib", 1);
   setenv("COLL_LINK_PROBE", "0", 1);
+  setenv("COLL_IB_RAILS", std::to_string(rails).c_str(), 1);
   const char* env = getenv("IB_PINGPONG_ITERS");
   const int iters = env ? atoi(env) : 200;
   withComms(2, [&](int rank, collComm_t comm) {
@@ -189,7 +202,76 @@ TEST(IbPingPong, SmallMessages) {
   });
   unsetenv("COLL_TRANSPORT");
   unsetenv("COLL_LINK_PROBE");
+  unsetenv("COLL_IB_RAILS");
+  coll::testing::configureVerbsDouble(coll::testing::VerbsDoubleOptions{});
   coll::setVerbsApiForTesting(nullptr);
+}
+
+// Multi-rail under whole collectives: every collective over 4 rails, and a rail lost in the middle
+// of a run of large All-Reduces (they complete, exact, with a warning naming the rail).
+class IbRailCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coll::testing::VerbsDoubleOptions vo;
+    vo.devices = 4;
+    coll::testing::configureVerbsDouble(vo);
+    coll::testing::injectVerbsFault(coll::testing::VerbsFault::None);
+    coll::setVerbsApiForTesting(&coll::testing::verbsTestDouble());
+    setenv("COLL_TRANSPORT", "ib", 1);
+    setenv("COLL_LINK_PROBE", "0", 1);
+  }
+  void TearDown() override {
+    unsetenv("COLL_TRANSPORT");
+    unsetenv("COLL_LINK_PROBE");
+    unsetenv("COLL_IB_RAILS");
+    coll::setVerbsApiForTesting(nullptr);
+    coll::testing::configureVerbsDouble(coll::testing::VerbsDoubleOptions{});
+  }
+};
+
+TEST_F(IbRailCollectives, ExactResultsOverFourRails) {
+  setenv("COLL_IB_RAILS", "4", 1);
+  allCollectives(3);
+}
+
+std::mutex gWarnMu;
+std::vector<std::string> gWarnings;
+void captureWarning(coll::LogLevel level, const char* message) {
+  std::lock_guard<std::mutex> lock(gWarnMu);
+  if (level == coll::LogLevel::Warn) gWarnings.push_back(message);
+}
+
+TEST_F(IbRailCollectives, RailLostMidRunCompletesExact) {
+  setenv("COLL_IB_RAILS", "2", 1);
+  {
+    std::lock_guard<std::mutex> lock(gWarnMu);
+    gWarnings.clear();
+  }
+  coll::setLogSink(captureWarning);
+  constexpr int kIters = 12;
+  constexpr size_t kCount = 4 << 20;  // 16 MiB of floats per call
+  std::atomic<int> done{0};
+  std::thread fault([&] {
+    // Once two calls have completed, take rail 1's port down while the third or a later one runs.
+    for (int i = 0; i < 20000 && done.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    coll::testing::injectVerbsDeviceFault(coll::testing::VerbsFault::PortDown, 1);
+  });
+  withComms(2, [&](int rank, collComm_t comm) {
+    std::vector<float> send(kCount), recv(kCount);
+    for (int it = 0; it < kIters; ++it) {
+      for (size_t i = 0; i < kCount; ++i) send[i] = value(rank + it, i);
+      ASSERT_EQ(collAllReduce(send.data(), recv.data(), kCount, collFloat32, collSum, comm, nullptr), collSuccess)
+          << collGetLastError(comm);
+      for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(recv[i], value(it, i) + value(1 + it, i)) << it << " " << i;
+      if (rank == 0) done.fetch_add(1);
+    }
+  });
+  fault.join();
+  coll::setLogSink(nullptr);
+  std::lock_guard<std::mutex> lock(gWarnMu);
+  bool warned = false;
+  for (const std::string& w : gWarnings) warned = warned || w.find("lost rail verbsdouble1:1") != std::string::npos;
+  EXPECT_TRUE(warned);
 }
 
 }  // namespace

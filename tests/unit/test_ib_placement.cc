@@ -1,6 +1,6 @@
 // The ib transport's device choice follows placement: with COLL_IB_HCA unset it tries the RDMA
-// devices nearest to the rank first (on the verbs test double's several devices); COLL_IB_HCA,
-// when set, keeps its meaning.
+// devices nearest to the rank first (on the verbs test double's several devices), and
+// COLL_IB_RAILS=-1 takes the equally near ones as rails; COLL_IB_HCA, when set, keeps its meaning.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -84,6 +84,33 @@ TEST_F(IbPlacement, NearestDeviceFirstAndRanksShareASocketsDevices) {
     EXPECT_EQ(opened(o), local == 0 ? "verbsdouble2" : "verbsdouble1") << "local rank " << local;
   }
   EXPECT_TRUE(nearIbDevices().empty());  // the hint ends with its scope
+}
+
+TEST_F(IbPlacement, EquallyNearNicsAreTheRails) {
+  HwTopology node = twoSocketNode();
+  PlacementHint hint;
+  hint.node = &node;
+  hint.place.cpus = {5, 6};  // socket 1: verbsdouble2 and verbsdouble1 are equally near
+  for (int32_t local : {0, 1}) {
+    hint.localRank = local;
+    ScopedPlacementHint scoped(&hint);
+    IbOptions o;
+    o.rails = -1;
+    o.nearDevices = nearIbDevices(&o.nearRails);
+    EXPECT_EQ(o.nearRails, 2);
+    std::vector<std::shared_ptr<IbDevice>> rails;
+    Status st = IbDevice::openRails(activeVerbsApi(), o, &rails);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_EQ(rails.size(), 2u);
+    // Both socket-1 devices, the local rank's turn first; never the other socket's.
+    EXPECT_EQ(rails[0]->port().device, local == 0 ? "verbsdouble2" : "verbsdouble1");
+    EXPECT_EQ(rails[1]->port().device, local == 0 ? "verbsdouble1" : "verbsdouble2");
+  }
+  IbOptions none;  // no topology: one rail
+  none.rails = -1;
+  std::vector<std::shared_ptr<IbDevice>> rails;
+  ASSERT_TRUE(IbDevice::openRails(activeVerbsApi(), none, &rails).ok());
+  EXPECT_EQ(rails.size(), 1u);
 }
 
 TEST_F(IbPlacement, HcaKnobOverridesAndUnknownNamesFallThrough) {

@@ -372,16 +372,25 @@ TEST_F(IbOnDouble, CreditWritesAreBatched) {
 // Connection data is remote input: rank 1 impersonates a peer and sends damaged copies of what
 // a real one sent; rank 0 must refuse each with an actionable error instead of using it.
 TEST_F(IbOnDouble, MalformedConnectionDataIsRejected) {
-  // Offsets in the wire struct (ib_connect.cc): magic 0, version 4, qps 8, ringLog2 12,
-  // recvDepth 16, mtu 20, ethernet 24; QP numbers start at 72.
+  // Offsets in the wire message (ib_connect.cc): magic 0, version 4, qps 8, ringLog2 12,
+  // recvDepth 16, rails 20; rail 0 from 40: mtu 40, ethernet 44, QP numbers from 80.
   struct Damage {
     size_t offset;
     uint32_t value;
     const char* what;
   };
-  const Damage damages[] = {{0, 0xdeadbeef, "magic"}, {4, 99, "version"},    {8, 0, "queue pairs"},
-                            {8, 1000, "queue pairs"}, {12, 40, "ring size"}, {16, 1, "receive depth"},
-                            {20, 9, "MTU"},           {24, 7, "link layer"}, {72, 0, "QP number"}};
+  const Damage damages[] = {{0, 0xdeadbeef, "magic"},
+                            {4, 99, "version"},
+                            {8, 0, "queue pairs"},
+                            {8, 1000, "queue pairs"},
+                            {12, 40, "ring size"},
+                            {16, 1, "receive depth"},
+                            {20, 0, "rails"},
+                            {20, 99, "bytes of ib connection data"},
+                            {20, 2, "bytes of ib connection data"},
+                            {40, 9, "MTU"},
+                            {44, 7, "link layer"},
+                            {80, 0, "QP number"}};
   for (const Damage& d : damages) {
     SocketAddress bind;
     ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());

@@ -18,6 +18,11 @@ const StringKnob kIbHca("COLL_IB_HCA", "",
                         "RDMA ports for the ib transport, NCCL syntax: mlx5_0:1,mlx5_1 (name prefixes, optional port), "
                         "^ to exclude, = for exact names. Unset: the first active port.",
                         {KnobSection::Transports, 80});
+const IntKnob kIbRails("COLL_IB_RAILS", "1",
+                       "Rails (active ports COLL_IB_HCA admits, nearest first) each ib connection stripes over, 1-8; "
+                       "0: every one; -1: the RDMA NICs placement finds equally near the rank. Fewer available than "
+                       "asked is an error.",
+                       {KnobSection::Transports, 85});
 const IntKnob kIbGidIndex("COLL_IB_GID_INDEX", "-1",
                           "RoCE GID table index. -1: automatic, preferring RoCE v2 with an IPv4-mapped address.",
                           {KnobSection::Transports, 90});
@@ -198,6 +203,7 @@ IbOptions ibOptionsFromConfig() {
   o.hca = kIbHca.get();
   o.gidIndex = static_cast<int>(std::clamp<int64_t>(kIbGidIndex.get(), -1, 1 << 20));
   o.qps = static_cast<int>(std::clamp<int64_t>(kIbQpsPerConnection.get(), 1, kIbMaxQps));
+  o.rails = static_cast<int>(std::clamp<int64_t>(kIbRails.get(), -1, kIbMaxRails));
   o.trafficClass = static_cast<int>(std::clamp<int64_t>(kIbTrafficClass.get(), 0, 255));
   o.serviceLevel = static_cast<int>(std::clamp<int64_t>(kIbServiceLevel.get(), 0, 15));
   o.timeout = static_cast<int>(std::clamp<int64_t>(kIbTimeout.get(), 0, 31));
@@ -206,8 +212,9 @@ IbOptions ibOptionsFromConfig() {
   return o;
 }
 
-std::vector<std::string> nearIbDevices() {
+std::vector<std::string> nearIbDevices(int* equallyNear) {
   std::vector<std::string> names;
+  if (equallyNear != nullptr) *equallyNear = 0;
   const PlacementHint* hint = currentPlacementHint();
   if (hint == nullptr || hint->node == nullptr) return names;
   std::vector<int32_t> rdma;  // the local ranks share out RDMA devices, not Ethernet-only NICs
@@ -215,11 +222,48 @@ std::vector<std::string> nearIbDevices() {
     if (hint->node->nics[n].ports > 0) rdma.push_back(static_cast<int32_t>(n));
   }
   if (rdma.empty()) return names;
-  for (int32_t n : nicsByDistance(*hint->node, hint->place, rdma, hint->localRank)) {
-    names.push_back(hint->node->nics[static_cast<size_t>(n)].name);
+  const std::vector<int32_t> order = nicsByDistance(*hint->node, hint->place, rdma, hint->localRank);
+  for (int32_t n : order) names.push_back(hint->node->nics[static_cast<size_t>(n)].name);
+  if (equallyNear != nullptr) {
+    const PathType nearest = nicPath(*hint->node, hint->place, order[0]);
+    while (*equallyNear < static_cast<int>(order.size()) &&
+           nicPath(*hint->node, hint->place, order[static_cast<size_t>(*equallyNear)]) == nearest) {
+      ++*equallyNear;
+    }
   }
   return names;
 }
+
+namespace {
+
+// A port's signalling rate in Gb/s from its width and per-lane speed codes (ibv_port_attr); 0 where
+// a code is unknown.
+double portRateGbps(uint8_t width, uint8_t speed) {
+  int lanes = 0;
+  switch (width) {
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return 0;
+  }
+  double lane = 0;
+  switch (speed) {
+    case 1: lane = 2.5; break;    // SDR
+    case 2: lane = 5; break;      // DDR
+    case 4: lane = 10; break;     // QDR
+    case 8: lane = 10; break;     // FDR10
+    case 16: lane = 14; break;    // FDR
+    case 32: lane = 25; break;    // EDR
+    case 64: lane = 50; break;    // HDR
+    case 128: lane = 100; break;  // NDR
+    default: return 0;
+  }
+  return lanes * lane;
+}
+
+}  // namespace
 
 std::string IbPortInfo::describe() const {
   std::string s = device + ":" + std::to_string(port) + " ";
@@ -229,8 +273,21 @@ std::string IbPortInfo::describe() const {
 }
 
 Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared_ptr<IbDevice>* out) {
+  IbOptions one = options;
+  one.rails = 1;
+  std::vector<std::shared_ptr<IbDevice>> rails;
+  COLL_TRY(openRails(api, one, &rails));
+  *out = std::move(rails[0]);
+  return okStatus();
+}
+
+Status IbDevice::openRails(const VerbsApi& api, const IbOptions& options, std::vector<std::shared_ptr<IbDevice>>* out) {
   IbHcaFilter filter;
   COLL_TRY(parseIbHcaList(options.hca, &filter));
+  const std::string hcaKnob = options.hca.empty() ? std::string("COLL_IB_HCA") : "COLL_IB_HCA=" + options.hca;
+  // -1: as many as placement found equally near (one without a topology), each required.
+  const int asked = options.rails < 0 ? std::clamp(options.nearRails, 1, kIbMaxRails) : options.rails;
+  const int want = asked == 0 ? kIbMaxRails : std::min(asked, kIbMaxRails);
   int num = 0;
   ibv_device** list = api.getDeviceList(&num);
   if (list == nullptr || num <= 0) {
@@ -239,6 +296,30 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
                      "no RDMA device (%s found none: check `ibv_devices`, that the HCA driver and "
                      "the rdma kernel modules are loaded, or set up SoftRoCE with bench/softroce.sh up)",
                      api.name);
+  }
+  std::string names;  // every device verbs lists, for the errors
+  for (int d = 0; d < num; ++d) {
+    const char* n = api.getDeviceName(list[d]);
+    names += (names.empty() ? "" : ", ") + std::string(n ? n : "?");
+  }
+  // A name in an include list that no device has is a typo or a missing device, never a reason
+  // to carry on quietly with whatever else matched.
+  if (!filter.exclude) {
+    for (const IbHcaEntry& e : filter.entries) {
+      IbHcaFilter single;
+      single.exact = filter.exact;
+      single.entries.push_back(IbHcaEntry{e.name, -1});
+      bool found = false;
+      for (int d = 0; d < num && !found; ++d) {
+        const char* n = api.getDeviceName(list[d]);
+        found = n != nullptr && single.matches(n, 1);
+      }
+      if (!found) {
+        api.freeDeviceList(list);
+        return makeError(collInvalidUsage, "%s: no RDMA device is named %s%s (devices: %s); check `ibv_devices`",
+                         hcaKnob.c_str(), e.name.c_str(), filter.exact ? "" : "*", names.c_str());
+      }
+    }
   }
   // The order devices are tried in: the nearest first where placement knows (COLL_IB_HCA, when
   // set, is the user's choice and keeps verbs' order), then the rest as verbs lists them.
@@ -254,33 +335,38 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
   for (int d = 0; d < num; ++d) {
     if (std::find(order.begin(), order.end(), d) == order.end()) order.push_back(d);
   }
-  std::string seen;  // for the error: every device and port looked at
-  std::shared_ptr<IbDevice> dev(new IbDevice(api));
+  std::string seen;     // for the error: every device and port looked at
+  std::string skipped;  // admitted ports that could not be used, for the warning with COLL_IB_RAILS=0
+  std::vector<std::shared_ptr<IbDevice>> rails;
+  auto note = [&](const std::string& what, bool admitted) {
+    seen += (seen.empty() ? "" : ", ") + what;
+    if (admitted) skipped += (skipped.empty() ? "" : ", ") + what;
+  };
   for (int d : order) {
-    if (dev->context_ != nullptr) break;
+    if (static_cast<int>(rails.size()) >= want) break;
     const char* rawName = api.getDeviceName(list[d]);
     const std::string name = rawName ? rawName : "?";
     ibv_context* ctx = api.openDevice(list[d]);
     if (ctx == nullptr) {
-      seen += (seen.empty() ? "" : ", ") + name + " (cannot open)";
+      note(name + " (cannot open)", filter.matches(name, 1));
       continue;
     }
     ibv_device_attr attr{};
     if (api.queryDevice(ctx, &attr) != 0) {
-      seen += (seen.empty() ? "" : ", ") + name + " (query failed)";
+      note(name + " (query failed)", filter.matches(name, 1));
       api.closeDevice(ctx);
       continue;
     }
-    for (int port = 1; port <= attr.phys_port_cnt; ++port) {
+    for (int port = 1; port <= attr.phys_port_cnt && static_cast<int>(rails.size()) < want; ++port) {
       ibv_port_attr pa{};
       if (api.queryPort(ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
       std::string label = name + ":" + std::to_string(port);
       if (!filter.matches(name, port)) {
-        seen += (seen.empty() ? "" : ", ") + label + " (excluded by COLL_IB_HCA)";
+        note(label + " (excluded by COLL_IB_HCA)", false);
         continue;
       }
       if (pa.state != IBV_PORT_ACTIVE) {
-        seen += (seen.empty() ? "" : ", ") + label + " " + portStateName(pa.state);
+        note(label + " " + portStateName(pa.state), true);
         continue;
       }
       IbPortInfo info;
@@ -289,6 +375,7 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
       info.ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
       info.activeMtu = pa.active_mtu;
       info.lid = pa.lid;
+      info.rateMbps = static_cast<uint32_t>(portRateGbps(pa.active_width, pa.active_speed) * 1000);
       if (info.ethernet) {
         Status st = selectGid(api, ctx, name, port, pa.gid_tbl_len, options.gidIndex, &info);
         if (!st.ok()) {
@@ -297,44 +384,75 @@ Status IbDevice::open(const VerbsApi& api, const IbOptions& options, std::shared
             api.freeDeviceList(list);
             return st;
           }
-          seen += (seen.empty() ? "" : ", ") + label + " (no usable GID)";
+          note(label + " (no usable GID)", true);
           continue;
         }
       } else {
         if (info.lid == 0) {
-          seen += (seen.empty() ? "" : ", ") + label + " (InfiniBand without a LID: is the subnet manager running?)";
+          note(label + " (InfiniBand without a LID: is the subnet manager running?)", true);
           continue;
         }
         info.gidType = "IB";
         info.gidIndex = 0;
         (void)api.queryGid(ctx, static_cast<uint8_t>(port), 0, &info.gid);
       }
-      dev->context_ = ctx;
+      // Each rail its own context (and so its own protection domain, completion channel and async
+      // events), also for a second port of the same device.
+      ibv_context* railCtx = api.openDevice(list[d]);
+      if (railCtx == nullptr) {
+        note(label + " (cannot open)", true);
+        continue;
+      }
+      std::shared_ptr<IbDevice> dev(new IbDevice(api));
+      dev->context_ = railCtx;
       dev->attr_ = attr;
       dev->port_ = info;
-      break;
+      Status st = dev->finishOpen();
+      if (!st.ok()) {
+        api.closeDevice(ctx);
+        api.freeDeviceList(list);
+        return st;
+      }
+      rails.push_back(std::move(dev));
     }
-    if (dev->context_ == nullptr) api.closeDevice(ctx);
+    api.closeDevice(ctx);
   }
   api.freeDeviceList(list);
-  if (dev->context_ == nullptr) {
+  if (rails.empty()) {
     return makeError(collSystemError,
-                     "no RDMA device with an active port that COLL_IB_HCA%s%s admits (%s); check "
+                     "no RDMA device with an active port that %s admits (%s); check "
                      "`ibv_devinfo` and COLL_IB_HCA",
-                     options.hca.empty() ? "" : "=", options.hca.c_str(), seen.c_str());
+                     hcaKnob.c_str(), seen.c_str());
   }
-  dev->pd_ = api.allocPd(dev->context_);
-  if (dev->pd_ == nullptr) {
-    return makeError(collSystemError, "%s: cannot allocate a protection domain (errno %d)", dev->name().c_str(), errno);
+  if (asked > 0 && static_cast<int>(rails.size()) < asked) {
+    std::string taken;
+    for (const auto& r : rails) taken += (taken.empty() ? "" : ", ") + r->name();
+    return makeError(collSystemError,
+                     "COLL_IB_RAILS=%d (%d rails) but only %zu active port(s) that %s admits: %s (not usable: %s); "
+                     "check `ibv_devinfo`, COLL_IB_HCA and COLL_IB_RAILS",
+                     options.rails, asked, rails.size(), hcaKnob.c_str(), taken.c_str(),
+                     skipped.empty() ? "none" : skipped.c_str());
   }
-  dev->channel_ = api.createCompChannel(dev->context_);
-  if (dev->channel_ == nullptr) {
-    return makeError(collSystemError, "%s: cannot create a completion channel (errno %d)", dev->name().c_str(), errno);
+  if (asked == 0 && !skipped.empty()) {
+    COLL_WARN(-1, "COLL_IB_RAILS=0: using %zu rail(s); these ports that %s admits are not usable: %s", rails.size(),
+              hcaKnob.c_str(), skipped.c_str());
   }
-  setNonBlocking(dev->channel_->fd);
-  setNonBlocking(dev->context_->async_fd);
-  dev->mrCache_ = std::make_unique<IbMrCache>(api, dev->pd_);
-  *out = std::move(dev);
+  *out = std::move(rails);
+  return okStatus();
+}
+
+Status IbDevice::finishOpen() {
+  pd_ = api_.allocPd(context_);
+  if (pd_ == nullptr) {
+    return makeError(collSystemError, "%s: cannot allocate a protection domain (errno %d)", name().c_str(), errno);
+  }
+  channel_ = api_.createCompChannel(context_);
+  if (channel_ == nullptr) {
+    return makeError(collSystemError, "%s: cannot create a completion channel (errno %d)", name().c_str(), errno);
+  }
+  setNonBlocking(channel_->fd);
+  setNonBlocking(context_->async_fd);
+  mrCache_ = std::make_unique<IbMrCache>(api_, pd_);
   return okStatus();
 }
 
@@ -378,7 +496,7 @@ void IbDevice::pollAsyncEvents() {
           failed_.store(true, std::memory_order_release);
           COLL_WARN(-1, "%s", failure_.message().c_str());
         }
-        for (IbConnection* c : connections_) c->fail(failure_);
+        for (IbConnection* c : connections_) c->railFailed(this, failure_);
         break;
       }
       case IBV_EVENT_QP_FATAL:
@@ -387,16 +505,16 @@ void IbDevice::pollAsyncEvents() {
       case IBV_EVENT_PATH_MIG_ERR:
         for (IbConnection* c : connections_) {
           if (c->ownsQp(ev.element.qp)) {
-            c->fail(makeError(collRemoteError,
-                              "%s: queue pair to rank %d failed (async event %d); check that "
-                              "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)",
-                              name().c_str(), c->peer(), static_cast<int>(ev.event_type)));
+            c->railFailed(this, makeError(collRemoteError,
+                                          "%s: queue pair to rank %d failed (async event %d); check that "
+                                          "rank's log and the fabric (COLL_IB_TIMEOUT, COLL_IB_RETRY_CNT)",
+                                          name().c_str(), c->peer(), static_cast<int>(ev.event_type)));
           }
         }
         break;
       case IBV_EVENT_CQ_ERR:
         for (IbConnection* c : connections_) {
-          if (c->cq() == ev.element.cq) {
+          if (c->ownsCq(ev.element.cq)) {
             c->fail(makeError(collInternalError,
                               "%s: completion queue of the connection to rank %d overflowed "
                               "(IBV_EVENT_CQ_ERR)",
@@ -417,56 +535,25 @@ void IbDevice::drainCqEvents() {
     void* ctx = nullptr;
     if (api_.getCqEvent(channel_, &cq, &ctx) != 0) break;
     api_.ackCqEvents(cq, 1);
-    for (IbConnection* c : connections_) {
-      if (c->cq() == cq) c->onCqEvent();
-    }
+    for (IbConnection* c : connections_) c->onCqEvent(cq);
   }
 }
 
-bool IbDevice::prepareSleep(std::vector<pollfd>* fds) {
-  pollAsyncEvents();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    sleepScratch_.assign(connections_.begin(), connections_.end());
-  }
-  for (IbConnection* c : sleepScratch_) {
-    if (c->creditBlocked() || c->armAndPoll()) return false;
+bool IbDevice::prepareSleep(std::vector<pollfd>* fds, bool connections) {
+  if (connections) {
+    pollAsyncEvents();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sleepScratch_.assign(connections_.begin(), connections_.end());
+    }
+    for (IbConnection* c : sleepScratch_) {
+      if (c->creditBlocked() || c->armAndPoll()) return false;
+    }
   }
   fds->push_back(pollfd{channel_->fd, POLLIN, 0});
   fds->push_back(pollfd{context_->async_fd, POLLIN, 0});
   return true;
 }
-
-namespace {
-
-// A port's signalling rate in Gb/s from its width and per-lane speed codes (ibv_port_attr); 0 where
-// a code is unknown.
-double portRateGbps(uint8_t width, uint8_t speed) {
-  int lanes = 0;
-  switch (width) {
-    case 1: lanes = 1; break;
-    case 2: lanes = 4; break;
-    case 4: lanes = 8; break;
-    case 8: lanes = 12; break;
-    case 16: lanes = 2; break;
-    default: return 0;
-  }
-  double lane = 0;
-  switch (speed) {
-    case 1: lane = 2.5; break;    // SDR
-    case 2: lane = 5; break;      // DDR
-    case 4: lane = 10; break;     // QDR
-    case 8: lane = 10; break;     // FDR10
-    case 16: lane = 14; break;    // FDR
-    case 32: lane = 25; break;    // EDR
-    case 64: lane = 50; break;    // HDR
-    case 128: lane = 100; break;  // NDR
-    default: return 0;
-  }
-  return lanes * lane;
-}
-
-}  // namespace
 
 std::vector<std::string> ibDetail() {
   const VerbsApi& api = activeVerbsApi();
@@ -507,8 +594,8 @@ std::vector<std::string> ibDetail() {
 }
 
 bool ibAvailable(std::string* why) {
-  std::shared_ptr<IbDevice> dev;
-  Status st = IbDevice::open(activeVerbsApi(), ibOptionsFromConfig(), &dev);
+  std::vector<std::shared_ptr<IbDevice>> dev;
+  Status st = IbDevice::openRails(activeVerbsApi(), ibOptionsFromConfig(), &dev);
   if (!st.ok()) {
     *why = st.message();
     return false;

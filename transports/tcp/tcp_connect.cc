@@ -1,6 +1,14 @@
 // TCP connection setup through the bootstrap: the lower rank connects the streams and announces
-// the stream count and stripe; the higher rank accepts and adopts them.
+// the stream count and stripe; the higher rank accepts and adopts them. With several rails both
+// trade their rail addresses over the bootstrap and the higher rank listens on its own.
+#include <poll.h>
+
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "src/base/log.h"
 #include "transports/tcp/tcp_transport.h"
@@ -16,6 +24,191 @@ uint32_t log2Of(uint64_t v) {
   uint32_t l = 0;
   while ((uint64_t{1} << (l + 1)) <= v) ++l;
   return l;
+}
+
+constexpr uint32_t kRailsMagic = 0x6c695254u;     // "TRil"
+constexpr uint32_t kPreambleMagic = 0x6d615254u;  // "TRam"
+constexpr size_t kTokenBytes = kTcpTokenBytes;
+
+// Over the bootstrap (authenticated), from each end: its rail count, its listeners (the higher
+// rank's; the lower rank's are its local addresses, for the log) and, from the higher rank, the
+// token each of the lower rank's sockets must present, which proves it comes from that peer.
+struct RailsMessage {
+  uint32_t magic;
+  uint32_t rails;
+  uint8_t token[kTokenBytes];
+  uint8_t address[kTcpMaxRails][kSocketAddressWire];
+};
+// First bytes on each socket of a multi-rail connection, from the lower rank.
+struct Preamble {
+  uint32_t magic;
+  uint32_t index;  // which stream this socket is
+  uint32_t streams;
+  uint32_t stripeLog2;
+  uint8_t token[kTokenBytes];
+};
+static_assert(sizeof(Preamble) == kTcpPreambleBytes);
+
+bool sameToken(const uint8_t* a, const uint8_t* b) {
+  uint8_t diff = 0;  // every byte compared: the time says nothing about where they differ
+  for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRailsInfo* out) {
+  RailsMessage in{};
+  if (size != sizeof(in)) {
+    return makeError(collRemoteError, "a tcp rail message of %zu bytes instead of %zu", size, sizeof(in));
+  }
+  memcpy(&in, bytes, sizeof(in));
+  if (in.magic != kRailsMagic || in.rails < 1 || in.rails > static_cast<uint32_t>(kTcpMaxRails)) {
+    return makeError(collRemoteError, "a malformed tcp rail message (magic %08x, %u rails)", in.magic, in.rails);
+  }
+  out->rails = in.rails;
+  memcpy(out->token, in.token, kTokenBytes);
+  out->listeners.clear();
+  for (uint32_t r = 0; fromListener && r < in.rails; ++r) {
+    SocketAddress a;
+    if (!getSocketAddress(in.address[r], &a) || a.isWildcard()) {
+      return makeError(collRemoteError, "a malformed tcp rail message (the address of rail %u)", r);
+    }
+    out->listeners.push_back(a);
+  }
+  return okStatus();
+}
+
+Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out) {
+  Preamble pre{};
+  if (size != sizeof(pre)) {
+    return makeError(collRemoteError, "a tcp rail handshake of %zu bytes instead of %zu", size, sizeof(pre));
+  }
+  memcpy(&pre, bytes, sizeof(pre));
+  if (pre.magic != kPreambleMagic || pre.streams < 1 || pre.streams > static_cast<uint32_t>(kTcpMaxStreams) ||
+      pre.index >= pre.streams || pre.stripeLog2 < 6 || pre.stripeLog2 > 26) {
+    return makeError(collRemoteError, "a malformed tcp rail handshake (magic %08x, stream %u of %u, stripe 2^%u)",
+                     pre.magic, pre.index, pre.streams, pre.stripeLog2);
+  }
+  out->index = pre.index;
+  out->streams = pre.streams;
+  out->stripeLog2 = pre.stripeLog2;
+  memcpy(out->token, pre.token, kTokenBytes);
+  return okStatus();
+}
+
+namespace {
+
+// The sockets of a connection over several rails. The lower rank connects socket i from its rail
+// i mod rails to the higher rank's listener on the same rail; the higher rank accepts on all its
+// listeners, keeps sockets that present the token, and orders them by their index.
+Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadline deadline,
+                       const std::function<std::string(const char*)>& context, std::vector<Socket>* sockets) {
+  const int me = bootstrap.rank();
+  const int mine = static_cast<int>(agreed->rails.size());
+  RailsMessage out{};
+  out.magic = kRailsMagic;
+  out.rails = static_cast<uint32_t>(mine);
+  std::vector<Socket> listeners;
+  if (me > peer) {
+    std::random_device rd;
+    for (size_t i = 0; i < kTokenBytes; ++i) out.token[i] = static_cast<uint8_t>(rd());
+    for (int r = 0; r < mine; ++r) {
+      Socket l;
+      SocketAddress bound;
+      COLL_TRY(Socket::listen(agreed->rails[r], kTcpMaxStreams, &l, &bound)
+                   .withContext(context(("listening on rail " + agreed->rails[r].toString()).c_str())));
+      putSocketAddress(out.address[r], bound);
+      listeners.push_back(std::move(l));
+    }
+  } else {
+    for (int r = 0; r < mine; ++r) putSocketAddress(out.address[r], agreed->rails[r]);
+  }
+  COLL_TRY(bootstrap.send(peer, kTcpTagRails, &out, sizeof(out), deadline).withContext(context("rail addresses")));
+  std::vector<uint8_t> raw;
+  COLL_TRY(bootstrap.recv(peer, kTcpTagRails, &raw, sizeof(RailsMessage), deadline)
+               .withContext(context("rail addresses (is COLL_TCP_RAILS the same on every rank?)")));
+  TcpRailsInfo in;
+  COLL_TRY(parseTcpRails(raw.data(), raw.size(), me < peer, &in).withContext(context("rail addresses")));
+  const int rails = std::min(mine, static_cast<int>(in.rails));
+  if (rails != mine) {
+    COLL_WARN(me, "%s",
+              context(("rank " + std::to_string(peer) + " has " + std::to_string(in.rails) +
+                       " rail(s): using that many of this rank's " + std::to_string(mine))
+                          .c_str())
+                  .c_str());
+  }
+  if (me < peer) {
+    // Every rail carries the same number of sockets.
+    agreed->streams =
+        std::min(kTcpMaxStreams / rails * rails, (std::max(agreed->streams, rails) + rails - 1) / rails * rails);
+    Preamble pre{};
+    pre.magic = kPreambleMagic;
+    pre.streams = static_cast<uint32_t>(agreed->streams);
+    pre.stripeLog2 = log2Of(agreed->stripeBytes);
+    agreed->stripeBytes = uint64_t{1} << pre.stripeLog2;
+    memcpy(pre.token, in.token, kTokenBytes);
+    for (int i = 0; i < agreed->streams; ++i) {
+      const int r = i % rails;
+      const SocketAddress& to = in.listeners[r];
+      SocketAddress from = agreed->rails[r];
+      from.setPort(0);
+      Socket s;
+      COLL_TRY(Socket::connect(to, deadline, &s, nullptr, &from)
+                   .withContext(context(("connect on rail " + from.toString() + " to " + to.toString()).c_str())));
+      pre.index = static_cast<uint32_t>(i);
+      COLL_TRY(s.sendAll(&pre, sizeof(pre), deadline).withContext(context("handshake")));
+      sockets->push_back(std::move(s));
+    }
+    return okStatus();
+  }
+  // The higher rank: accept until every stream presented itself (strangers are dropped).
+  std::vector<Socket> byIndex;
+  int got = 0;
+  uint32_t streams = 0, stripeLog2 = 0;
+  while (streams == 0 || got < static_cast<int>(streams)) {
+    std::vector<pollfd> fds;
+    for (const Socket& l : listeners) fds.push_back(pollfd{l.fd(), POLLIN, 0});
+    const int n = ::poll(fds.data(), fds.size(), std::max(1, deadline.remainingMs()));
+    if (deadline.expired()) {
+      return makeError(collTimeout, "%s", context("the peer's rail sockets did not all arrive in time").c_str());
+    }
+    if (n <= 0) continue;
+    for (size_t r = 0; r < fds.size(); ++r) {
+      if (!(fds[r].revents & POLLIN)) continue;
+      Socket s;
+      SocketAddress from;
+      if (!listeners[r].accept(deadline, &s, &from).ok()) continue;
+      uint8_t wire[kTcpPreambleBytes];
+      TcpPreamble pre;
+      if (!s.recvAll(wire, sizeof(wire), Deadline::afterMs(std::min(5000, deadline.remainingMs()))).ok() ||
+          !parseTcpPreamble(wire, sizeof(wire), &pre).ok() || !sameToken(pre.token, out.token)) {
+        COLL_WARN(me, "%s",
+                  context(("dropped a connection from " + from.toString() + " without a valid rail handshake").c_str())
+                      .c_str());
+        continue;
+      }
+      // Authenticated by the token, and each socket must agree with the first.
+      if (streams != 0 && (pre.streams != streams || pre.stripeLog2 != stripeLog2)) {
+        return makeError(collRemoteError, "%s",
+                         context("rail handshakes that disagree (stream count or stripe)").c_str());
+      }
+      if (streams == 0) {
+        streams = pre.streams;
+        stripeLog2 = pre.stripeLog2;
+        byIndex.resize(streams);
+      }
+      if (byIndex[pre.index].valid()) {
+        return makeError(collRemoteError, "%s", context("two sockets claimed the same stream").c_str());
+      }
+      byIndex[pre.index] = std::move(s);
+      ++got;
+    }
+  }
+  agreed->streams = static_cast<int>(streams);
+  agreed->stripeBytes = uint64_t{1} << stripeLog2;
+  *sockets = std::move(byIndex);
+  return okStatus();
 }
 
 }  // namespace
@@ -57,7 +250,10 @@ Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Dea
   };
   TcpOptions agreed = options;
   std::vector<Socket> sockets;
-  if (me < peer) {
+  if (options.rails.size() > 1) {
+    COLL_TRY(connectTcpRails(
+        bootstrap, peer, &agreed, deadline, [&](const char* what) { return context(what); }, &sockets));
+  } else if (me < peer) {
     if (agreed.streams < 1 || agreed.streams > kTcpMaxStreams) {
       return makeError(collInvalidArgument, "COLL_NSOCKS_PERPEER=%d is out of range 1..%d", agreed.streams,
                        kTcpMaxStreams);

@@ -59,6 +59,62 @@ Status applyTrafficClass(int fd, sa_family_t family, int trafficClass, int peer,
 
 }  // namespace
 
+const IntKnob kTcpRails("COLL_TCP_RAILS", "1",
+                        "Interfaces (the first that COLL_SOCKET_IFNAME admits) each tcp connection spreads its sockets "
+                        "over, 1-8; socket i uses rail i mod rails. Every rank must set the same.",
+                        {KnobSection::Transports, 55});
+
+Status tcpRailsFromConfig(std::vector<SocketAddress>* out) {
+  out->clear();
+  const int want = static_cast<int>(std::clamp<int64_t>(kTcpRails.get(), 1, kTcpMaxRails));
+  if (want < 2) return okStatus();
+  const std::string spec = kSocketIfname.get();
+  std::vector<NetInterface> all;
+  COLL_TRY(findInterfaces(spec, AF_UNSPEC, &all));
+  // A name the user listed that matches nothing is a typo or a missing NIC, not a rail to drop.
+  if (!spec.empty() && spec[0] != '^') {
+    const bool exact = spec[0] == '=';
+    size_t i = exact ? 1 : 0;
+    while (i <= spec.size()) {
+      const size_t comma = std::min(spec.find(',', i), spec.size());
+      const std::string entry = spec.substr(i, comma - i);
+      bool found = false;
+      for (const NetInterface& n : all) found = found || interfaceMatches((exact ? "=" : "") + entry, n.name);
+      if (!entry.empty() && !found) {
+        return makeError(collInvalidUsage,
+                         "COLL_SOCKET_IFNAME=%s: no interface that is up is named %s%s (COLL_TCP_RAILS=%d)",
+                         spec.c_str(), entry.c_str(), exact ? "" : "*", want);
+      }
+      i = comma + 1;
+    }
+  }
+  std::string names;
+  std::vector<std::string> taken;
+  for (const NetInterface& n : all) {
+    // One address per interface (IPv4 first, as findInterfaces orders them): a rail is a NIC.
+    if (std::find(taken.begin(), taken.end(), n.name) != taken.end()) continue;
+    taken.push_back(n.name);
+    names += (names.empty() ? "" : ", ") + n.name + " " + n.address.toString();
+    if (static_cast<int>(out->size()) < want) out->push_back(n.address);
+  }
+  if (static_cast<int>(out->size()) < want) {
+    return makeError(collInvalidUsage,
+                     "COLL_TCP_RAILS=%d but only %zu interface address(es) that COLL_SOCKET_IFNAME='%s' admits are up: "
+                     "%s",
+                     want, out->size(), spec.c_str(), names.empty() ? "none" : names.c_str());
+  }
+  return okStatus();
+}
+
+SocketAddress TcpConnection::streamLocalAddress(int i) const {
+  SocketAddress a;
+  a.length = sizeof(a.storage);
+  if (getsockname(streams_[static_cast<size_t>(i)].fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0) {
+    a.length = 0;
+  }
+  return a;
+}
+
 TcpOptions tcpOptionsFromConfig() {
   TcpOptions o;
   o.streams = static_cast<int>(std::clamp<int64_t>(kNsocksPerPeer.get(), 1, kTcpMaxStreams));
@@ -88,6 +144,7 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
                      peer, static_cast<unsigned long long>(options.stripeBytes));
   }
   c->stripe_ = options.stripeBytes;
+  c->railed_ = options.rails.size() > 1;
   c->ring_ = StreamRing(roundUp(std::clamp<uint64_t>(options.stagingBytes, c->stripe_, kMaxStaging), c->stripe_));
   c->skip_ = (fds.size() - 1) * c->stripe_;
   for (size_t i = 0; i < fds.size(); ++i) {
@@ -166,14 +223,25 @@ bool TcpConnection::sendPending(const Stream& s) const {
   return s.sendPos < std::min((s.sendPos / stripe_ + 1) * stripe_, committed_);
 }
 
-Status TcpConnection::socketError(int err, const char* what) const {
+std::string TcpConnection::where(const Stream& s) const {
+  // Over several rails the socket's own addresses say which rail failed (tcp has no failover).
+  if (!railed_) return peerName_;
+  SocketAddress local, remote;
+  local.length = remote.length = sizeof(local.storage);
+  (void)getsockname(s.fd, reinterpret_cast<sockaddr*>(&local.storage), &local.length);
+  (void)getpeername(s.fd, reinterpret_cast<sockaddr*>(&remote.storage), &remote.length);
+  return peerName_ + ", on the rail from " + local.toString() + " to " + remote.toString();
+}
+
+Status TcpConnection::socketError(const Stream& s, int err, const char* what) const {
+  const std::string where = this->where(s);
   if (err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT || err == EHOSTUNREACH) {
     return makeError(collRemoteError,
                      "rank %d (%s) reset the connection (%s during %s); check that rank's "
                      "log and the network between the two hosts",
-                     peer_, peerName_.c_str(), errnoText(err).c_str(), what);
+                     peer_, where.c_str(), errnoText(err).c_str(), what);
   }
-  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_, peerName_.c_str(),
+  return makeError(collSystemError, "%s on the connection to rank %d (%s) failed: %s", what, peer_, where.c_str(),
                    errnoText(err).c_str());
 }
 
@@ -187,7 +255,7 @@ Status TcpConnection::sendOn(Stream& s, bool* progressed) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
-      return socketError(errno, "send");
+      return socketError(s, errno, "send");
     }
     *progressed = true;
     s.sendPos += static_cast<uint64_t>(n);
@@ -213,7 +281,7 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
         closedReason_ = makeError(collRemoteError,
                                   "rank %d (%s) closed the connection; check that rank's log for "
                                   "why it exited",
-                                  peer_, peerName_.c_str());
+                                  peer_, where(s).c_str());
       }
       return okStatus();
     }
@@ -222,10 +290,10 @@ Status TcpConnection::recvOn(Stream& s, bool* progressed) {
       if (errno == EINTR) continue;
       if (errno == ECONNRESET) {
         s.closed = true;
-        if (closedReason_.ok()) closedReason_ = socketError(errno, "recv");
+        if (closedReason_.ok()) closedReason_ = socketError(s, errno, "recv");
         return okStatus();
       }
-      return socketError(errno, "recv");
+      return socketError(s, errno, "recv");
     }
     *progressed = true;
     s.recvPos += static_cast<uint64_t>(n);

@@ -9,11 +9,17 @@ namespace {
 
 class TcpNet final : public NetTransport {
  public:
-  TcpNet(Bootstrap& bootstrap, int trafficClass) : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {
+  TcpNet(Bootstrap& bootstrap, int trafficClass, std::vector<SocketAddress> rails)
+      : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {
     options_.trafficClass = trafficClass;
+    options_.rails = std::move(rails);
   }
   NetKind kind() const override { return NetKind::Tcp; }
-  std::string describe() const override { return "tcp (" + std::to_string(options_.streams) + " socket(s) per peer)"; }
+  std::string describe() const override {
+    std::string s = "tcp (" + std::to_string(options_.streams) + " socket(s) per peer";
+    for (size_t r = 0; r < options_.rails.size(); ++r) s += (r ? " + " : ", rails ") + options_.rails[r].toString();
+    return s + ")";
+  }
   Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override {
     std::unique_ptr<Connection> conn;
     COLL_TRY(connectTcp(bootstrap_, peer, options_, deadline, &conn));
@@ -35,7 +41,9 @@ class TcpNet final : public NetTransport {
 }  // namespace
 
 Status createTcpNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
-  *out = std::make_unique<TcpNet>(bootstrap, trafficClass);
+  std::vector<SocketAddress> rails;
+  COLL_TRY(tcpRailsFromConfig(&rails));
+  *out = std::make_unique<TcpNet>(bootstrap, trafficClass, std::move(rails));
   return okStatus();
 }
 

@@ -1,5 +1,6 @@
 // TCP transport: a connection to one peer over one or more sockets, the byte stream cut into
-// fixed stripes sent round-robin over them, with send and receive staging rings.
+// fixed stripes sent round-robin over them, with send and receive staging rings; with several
+// rails (interfaces), socket i leaves from and arrives at rail i mod rails.
 #pragma once
 
 #include <poll.h>
@@ -21,6 +22,8 @@ namespace coll {
 // Bootstrap data-socket tags: stream i of a pair uses kTcpTagBase + i (0x5443 = "TC").
 constexpr uint32_t kTcpTagBase = 0x54430000u;
 constexpr int kTcpMaxStreams = 64;
+constexpr uint32_t kTcpTagRails = kTcpTagBase + kTcpMaxStreams;  // the rail addresses of a pair
+constexpr int kTcpMaxRails = 8;
 
 struct TcpOptions {
   int streams = 2;
@@ -29,11 +32,18 @@ struct TcpOptions {
   uint64_t stripeBytes = 512ull << 10;  // power of two; the active side's value is used by both
   // The communicator's class (0..255): IP_TOS / IPV6_TCLASS and SO_PRIORITY of every data socket.
   int trafficClass = kTrafficClassUnset;
+  // Local addresses of the rails (COLL_TCP_RAILS interfaces); fewer than two: the sockets are
+  // made through the bootstrap listener as ever.
+  std::vector<SocketAddress> rails;
 };
 
 // COLL_NSOCKS_PERPEER, COLL_SOCKET_BUFFSIZE, COLL_TCP_STAGING_BYTES; the stripe is 512 KiB, or
 // less so that every stream has at least two stripes of the ring to work on.
 TcpOptions tcpOptionsFromConfig();
+// COLL_TCP_RAILS > 1: the addresses of the first that many interfaces COLL_SOCKET_IFNAME admits
+// (in findInterfaces' order). Fewer is an error listing them, as is a COLL_SOCKET_IFNAME name
+// that matches no interface: never fewer rails than asked.
+Status tcpRailsFromConfig(std::vector<SocketAddress>* out);
 
 // The handshake the lower rank sends on the first stream: the stream count and the stripe. Remote
 // bytes: parseTcpHello checks the magic, version, 1..kTcpMaxStreams streams and a 64 B..64 MiB
@@ -45,6 +55,26 @@ struct TcpHello {
 };
 void encodeTcpHello(const TcpHello& hello, uint8_t out[kTcpHelloBytes]);
 Status parseTcpHello(const uint8_t* bytes, size_t size, TcpHello* out);
+
+// The setup messages of a pair over several rails (connectTcp). Remote bytes: the parsers check
+// magic, sizes, counts and addresses (tests/fuzz calls them too). The higher rank's message carries
+// its listeners (every one must decode) and the token the lower rank's sockets present.
+constexpr size_t kTcpTokenBytes = 16;
+struct TcpRailsInfo {
+  uint32_t rails = 0;
+  uint8_t token[kTcpTokenBytes] = {};
+  std::vector<SocketAddress> listeners;  // from the higher rank only
+};
+Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRailsInfo* out);
+// The first bytes of each socket of such a pair, from the lower rank.
+constexpr size_t kTcpPreambleBytes = 32;
+struct TcpPreamble {
+  uint32_t index = 0;
+  uint32_t streams = 0;
+  uint32_t stripeLog2 = 0;
+  uint8_t token[kTcpTokenBytes] = {};
+};
+Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out);
 
 // Both ranks of a pair call this when they first need each other: the lower rank connects
 // `streams` sockets (bootstrap.connectData(peer, kTcpTagBase + i)) and tells the higher one the
@@ -78,6 +108,8 @@ class TcpConnection final : public Connection {
   // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
   void appendPollFds(std::vector<pollfd>* fds) const;
   int streams() const { return static_cast<int>(streams_.size()); }
+  // The local address socket i is bound to (where it leaves this host from).
+  SocketAddress streamLocalAddress(int i) const;
   uint64_t stripeBytes() const { return stripe_; }
   uint64_t ringBytes() const { return ring_.capacity(); }
 
@@ -92,13 +124,15 @@ class TcpConnection final : public Connection {
   TcpConnection() = default;
   Status sendOn(Stream& s, bool* progressed);
   Status recvOn(Stream& s, bool* progressed);
-  Status socketError(int err, const char* what) const;
+  Status socketError(const Stream& s, int err, const char* what) const;
+  std::string where(const Stream& s) const;  // the peer's name, and the socket's rail when railed
   bool sendPending(const Stream& s) const;
 
   int peer_ = -1;
   std::string peerName_;
   std::vector<Stream> streams_;
   uint64_t stripe_ = 0;
+  bool railed_ = false;  // sockets over several rails: errors name the socket's addresses
   StreamRing ring_;    // both the send and the receive ring
   uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
   std::byte* sendRing_ = nullptr;
