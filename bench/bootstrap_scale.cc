@@ -1,7 +1,9 @@
 // bootstrap_scale: the rendezvous (Bootstrap::create, real sockets on loopback) of N thread ranks
 // in one process, with one root and with ~sqrt(N) roots (collCommInitRankScalable's), alternated
 // REPS times. Prints per N and root count: the median rendezvous time, the most messages one root
-// handled, the most one rank sent, and the time's growth per doubling of N.
+// handled, the most one rank sent, and the time's growth per doubling of N. Then, for the failure
+// notices, the notice tree the library uses (COLL_NOTICE_FANOUT 32) walked at N up to 102,400:
+// hops and the most messages one rank sends for one notice.
 // usage: bootstrap_scale [REPS=3] [N...=256 1024 4096]
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,7 @@
 
 #include "src/oob/auth.h"
 #include "src/oob/bootstrap.h"
+#include "src/oob/failure.h"
 
 namespace {
 
@@ -98,6 +101,23 @@ int main(int argc, char** argv) {
     }
     previousN = n;
     fflush(stdout);
+  }
+  printf("\nnotice tree (fan-out 32): one notice from rank 0\n%8s %6s %14s\n", "ranks", "hops", "rank_msgs_max");
+  for (int n : {256, 1024, 4096, 16384, 102400}) {
+    std::vector<int> frontier{0}, children;
+    size_t most = 0;
+    int hops = 0;
+    while (!frontier.empty()) {
+      std::vector<int> next;
+      for (int r : frontier) {
+        coll::noticeTreeChildren(0, r, n, 32, &children);
+        most = std::max(most, children.size());
+        next.insert(next.end(), children.begin(), children.end());
+      }
+      if (!next.empty()) ++hops;
+      frontier = std::move(next);
+    }
+    printf("%8d %6d %14zu\n", n, hops, most);
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "bench/perf_colls.h"
 #include "bench/perf_data.h"
+#include "bench/perf_harness.h"
 #include "src/sim/flow_sim.h"
 
 namespace coll {
@@ -26,35 +27,6 @@ struct Options {
   std::string mode = "auto";
   std::string jsonPath;
 };
-
-bool parseBytes(const char* t, uint64_t* out) {
-  char* end = nullptr;
-  const double v = strtod(t, &end);
-  if (end == t || v < 0) return false;
-  double mult = 1;
-  switch (*end) {
-    case 'k':
-    case 'K':
-      mult = 1024.0;
-      ++end;
-      break;
-    case 'm':
-    case 'M':
-      mult = 1024.0 * 1024;
-      ++end;
-      break;
-    case 'g':
-    case 'G':
-      mult = 1024.0 * 1024 * 1024;
-      ++end;
-      break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<uint64_t>(v * mult);
-  return true;
-}
 
 bool parseNumber(const char* t, double* out) {
   char* end = nullptr;
@@ -138,11 +110,11 @@ int parseOptions(int argc, char** argv, Options* o) {
     } else if (a == "-g" || a == "--per-node") {
       if (!count(&s.fabric.ranksPerNode)) return fail("ranks per node", v);
     } else if (a == "-b") {
-      if (!parseBytes(v, &o->minBytes)) return fail("size", v);
+      if (!perf::parseSize(v, &o->minBytes)) return fail("size", v);
     } else if (a == "-e") {
-      if (!parseBytes(v, &o->maxBytes)) return fail("size", v);
+      if (!perf::parseSize(v, &o->maxBytes)) return fail("size", v);
     } else if (a == "-f") {
-      if (!parseBytes(v, &o->factor) || o->factor < 2) return fail("step factor", v);
+      if (!perf::parseSize(v, &o->factor) || o->factor < 2) return fail("step factor", v);
     } else if (a == "-d" || a == "--dtype") {
       if (!perf::parseType(v, &o->dtype)) return fail("type", v);
     } else if (a == "--algo") {
@@ -174,7 +146,7 @@ int parseOptions(int argc, char** argv, Options* o) {
       if (!parseNumber(v, &x)) return fail("latency", v);
       s.fabric.hopSeconds = x * 1e-9;
     } else if (a == "--slice") {
-      if (!parseBytes(v, &b) || b == 0) return fail("slice", v);
+      if (!perf::parseSize(v, &b) || b == 0) return fail("slice", v);
       s.params.model.defaultSliceBytes = b;
     } else if (a == "--leaf-ports") {
       if (!count(&s.fabric.leafPorts)) return fail("count", v);

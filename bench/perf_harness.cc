@@ -26,35 +26,6 @@ void onAlarm(int) {
   _exit(3);
 }
 
-bool parseSize(const char* text, size_t* out) {
-  char* end = nullptr;
-  double v = strtod(text, &end);
-  if (end == text || v < 0) return false;
-  double mult = 1;
-  switch (*end) {
-    case 'K':
-    case 'k':
-      mult = 1024.0;
-      ++end;
-      break;
-    case 'M':
-    case 'm':
-      mult = 1024.0 * 1024;
-      ++end;
-      break;
-    case 'G':
-    case 'g':
-      mult = 1024.0 * 1024 * 1024;
-      ++end;
-      break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
-}
-
 void printUsage(FILE* out, const char* program) {
   fprintf(out,
           "usage: %s [options]   (nccl-tests' flags)\n"
@@ -887,6 +858,35 @@ class Runner {
 };
 
 }  // namespace
+
+bool parseSize(const char* text, size_t* out) {
+  char* end = nullptr;
+  double v = strtod(text, &end);
+  if (end == text || v < 0) return false;
+  double mult = 1;
+  switch (*end) {
+    case 'K':
+    case 'k':
+      mult = 1024.0;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
+    default: break;
+  }
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<size_t>(v * mult);
+  return true;
+}
 
 int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* opts) {
   for (int i = 1; i < argc; ++i) {

@@ -74,6 +74,8 @@ struct PerfTraffic {
 
 // Parses nccl-tests' flags. Returns -1 to continue, else an exit code (0 after -h).
 int parsePerfOptions(int argc, char** argv, const char* program, PerfOptions* opts);
+// A size as the benchmarks' flags take it: "1024", "64K", "1.5M", "1G" (optional B); false on junk.
+bool parseSize(const char* text, size_t* out);
 
 class PerfBackend {
  public:

@@ -281,7 +281,7 @@ TEST(WireParsers, HelloRegistrationAndTable) {
   EXPECT_NE(parseBootstrapHello(table.data(), table.size(), 3, &h), nullptr);
 
   BootstrapRegistration reg;
-  std::vector<uint8_t> r = le32s({0x47524c43, 2, 1, 4, 77, 0});
+  std::vector<uint8_t> r = le32s({0x47524c43, 3, 1, 4, 77, 0});
   std::vector<uint8_t> entry(kBootstrapEntryBytes, 0);
   entry[0] = 4;
   entry[2] = 0x88;  // port 0x1388 = 5000
@@ -289,6 +289,8 @@ TEST(WireParsers, HelloRegistrationAndTable) {
   entry[8] = 127;
   entry[11] = 1;
   r.insert(r.end(), entry.begin(), entry.end());
+  const std::vector<uint8_t> oneGroup = le32s({1, 0, 0});  // groups, group, forwarded block count
+  r.insert(r.end(), oneGroup.begin(), oneGroup.end());
   ASSERT_EQ(r.size(), kBootstrapRegistrationBytes);
   EXPECT_EQ(parseBootstrapRegistration(r.data(), r.size(), 77, -1, &reg), 0u);
   EXPECT_EQ(reg.rank, 1);
@@ -297,6 +299,16 @@ TEST(WireParsers, HelloRegistrationAndTable) {
   EXPECT_NE(parseBootstrapRegistration(r.data(), r.size(), 78, -1, &reg), 0u);  // another id
   EXPECT_NE(parseBootstrapRegistration(r.data(), r.size(), 77, 8, &reg), 0u);   // nranks differ
   EXPECT_NE(parseBootstrapRegistration(r.data(), r.size() - 1, 77, -1, &reg), 0u);
+  std::vector<uint8_t> v2 = r;
+  v2[4] = 2;  // the version before groups
+  EXPECT_NE(parseBootstrapRegistration(v2.data(), v2.size(), 77, -1, &reg), 0u);
+  std::vector<uint8_t> split = r;
+  split[kBootstrapRegistrationBytes - 12] = 4;  // rank 1 of 4 in 4 groups: block 1, not 0
+  EXPECT_NE(parseBootstrapRegistration(split.data(), split.size(), 77, -1, &reg), 0u);
+  split[kBootstrapRegistrationBytes - 8] = 1;
+  EXPECT_EQ(parseBootstrapRegistration(split.data(), split.size(), 77, -1, &reg), 0u);
+  EXPECT_EQ(reg.groups, 4);
+  EXPECT_EQ(reg.group, 1);
 
   std::vector<PeerInfo> peers;
   EXPECT_TRUE(parseRankTable(entry.data(), entry.size(), 1, &peers).ok());

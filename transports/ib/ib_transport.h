@@ -230,7 +230,7 @@ class IbConnection final : public Connection {
   bool sendsFlushed() const override { return sendDone_ >= committed_ || !error_.ok(); }
   uint64_t flushedBytes() const override { return error_.ok() ? sendDone_ : committed_; }
 
-  int qps() const { return nqps_; }  // lanes: queue pairs over all rails
+  int qps() const { return nqps_; }         // lanes: queue pairs over all rails
   int rails() const { return usedRails_; }  // carrying lanes (those both ends have)
   std::string railName(int rail) const { return rails_[static_cast<size_t>(rail)].device->name(); }
   // Stream bytes handed to the rail's HCA so far: how the stripes were spread.
