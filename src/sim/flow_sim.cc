@@ -141,6 +141,9 @@ class Simulator {
   std::vector<FlowClass> classes_;
   std::vector<std::pair<int32_t, uint32_t>> entries_;  // (link, copies)
   std::vector<double> linkBytes_;
+  // Bytes each class carried, spread over its links once at the end: a symmetric class crosses
+  // links of every host, so doing it per message would cost O(hosts) each.
+  std::vector<double> classBytes_;
 
   // Solver scratch, per link.
   std::vector<double> rem_, weight_;
@@ -183,6 +186,7 @@ uint32_t Simulator::classOf(uint32_t sender, int32_t peer) {
   }
   c.count = static_cast<uint32_t>(entries_.size() - c.begin);
   classes_.push_back(c);
+  classBytes_.push_back(0.0);
   classIndex_.emplace(key, static_cast<uint32_t>(classes_.size() - 1));
   return static_cast<uint32_t>(classes_.size() - 1);
 }
@@ -385,11 +389,10 @@ void Simulator::milestone(uint32_t id) {
   }
   fs.remaining = 0;
   const FlowClass& c = classes_[wireClass_[id]];
-  const double bytes = static_cast<double>(n.bytes);
-  for (uint32_t e = c.begin; e < c.begin + c.count; ++e) {
-    const int32_t l = entries_[e].first;
-    linkBytes_[l] += bytes * entries_[e].second;
-    if (components_) {
+  classBytes_[wireClass_[id]] += static_cast<double>(n.bytes);
+  if (components_) {
+    for (uint32_t e = c.begin; e < c.begin + c.count; ++e) {
+      const int32_t l = entries_[e].first;
       auto& v = linkFlows_[l];
       v.erase(std::find(v.begin(), v.end(), id));
       seeds_.push_back(l);
@@ -544,6 +547,12 @@ Status Simulator::run(SimResult* out, int32_t topLinks) {
   if (resolved_ != nnodes) {
     return makeError(collInternalError, "collsim: %zu of %zu steps never completed (a dependency cycle?)",
                      nnodes - resolved_, nnodes);
+  }
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const FlowClass& c = classes_[k];
+    for (uint32_t e = c.begin; e < c.begin + c.count; ++e) {
+      linkBytes_[entries_[e].first] += classBytes_[k] * entries_[e].second;
+    }
   }
   out->seconds = makespan_;
   out->flows = flows_;
