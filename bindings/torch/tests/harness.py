@@ -17,10 +17,37 @@ PYTHON = os.environ.get("TORCH_COLLECTIVE_PYTHON", "/usr/bin/python3" if os.path
 RESULT_PREFIX = "TORCH_COLLECTIVE_RESULT "
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port whose successor is free too (torchrun's store takes the port, our environment
+    bootstrap the next one), below the kernel's ephemeral range: a port that bind(0) handed out
+    could be taken as the source port of any outgoing connection (the library's heartbeats and
+    bootstraps make many) before the store binds it."""
+    import random
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(10002, low - 2))
+        socks = []
+        try:
+            for p in (port, port + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port pair below the ephemeral range")
 
 
 class RankFailure(AssertionError):
