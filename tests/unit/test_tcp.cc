@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -261,13 +263,14 @@ TEST(Tcp, ConnectThroughBootstrap) {
   }
 }
 
-// Two rails on one host: 127.0.0.1 and 127.0.0.2 (both on lo). The sockets of the connection
-// leave from and arrive at both addresses, alternately, and the stream stays exact both ways.
-TEST(TcpRails, SocketsAreBoundToEveryRail) {
+// A pair of thread ranks connected over two rails on one host, 127.0.0.1 and 127.0.0.2 (both on
+// lo): bootstraps them, connects rank r with streamsOf(r) sockets, then runs body(r, connection).
+void withTwoRailPair(uint8_t secretByte, int (*streamsOf)(int), const std::function<void(int, Connection*)>& body,
+                     std::unique_ptr<Connection> conn[2]) {
   SocketAddress bind;
   ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
   Secret secret{};
-  secret[0] = 8;
+  secret[0] = secretByte;
   collUniqueId id;
   Status st = startBootstrapRoot(bind, &secret, &id);
   ASSERT_TRUE(st.ok()) << st.message();
@@ -275,26 +278,33 @@ TEST(TcpRails, SocketsAreBoundToEveryRail) {
   ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &rail[0]).ok());
   ASSERT_TRUE(SocketAddress::parse("127.0.0.2:0", &rail[1]).ok());
   std::unique_ptr<Bootstrap> bs[2];
-  std::unique_ptr<Connection> conn[2];
   Status results[2];
-  std::string errors[2];
-  bool ok[2] = {false, false};
   std::thread t[2];
   for (int r = 0; r < 2; ++r) {
     t[r] = std::thread([&, r] {
       Deadline deadline = Deadline::afterMs(20000);
       results[r] = Bootstrap::create(id, r, 2, 0x1234, deadline, &bs[r]);
       if (!results[r].ok()) return;
-      TcpOptions o = smallOptions(r == 0 ? 3 : 1, 256 << 10, 16 << 10);
+      TcpOptions o = smallOptions(streamsOf(r), 256 << 10, 16 << 10);
       o.rails = {rail[0], rail[1]};
       results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
-      if (!results[r].ok()) return;
-      ok[r] = pumpStream(conn[r].get(), 8 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
+      if (results[r].ok()) body(r, conn[r].get());
     });
   }
   for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
+}
+
+// The sockets of the connection leave from and arrive at both addresses, alternately, and the
+// stream stays exact both ways.
+TEST(TcpRails, SocketsAreBoundToEveryRail) {
+  std::unique_ptr<Connection> conn[2];
+  std::string errors[2];
+  bool ok[2] = {false, false};
+  withTwoRailPair(
+      8, [](int r) { return r == 0 ? 3 : 1; },
+      [&](int r, Connection* c) { ok[r] = pumpStream(c, 8 << 20, 100 + r, 101 - r, r, 70000, &errors[r]); }, conn);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
     EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
     auto* tcp = dynamic_cast<TcpConnection*>(conn[r].get());
     ASSERT_NE(tcp, nullptr);
@@ -309,54 +319,33 @@ TEST(TcpRails, SocketsAreBoundToEveryRail) {
 
 // A rail that fails mid-stream fails the connection (tcp has no failover), naming the rail.
 TEST(TcpRails, ALostRailIsNamed) {
-  SocketAddress bind;
-  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
-  Secret secret{};
-  secret[0] = 9;
-  collUniqueId id;
-  Status st = startBootstrapRoot(bind, &secret, &id);
-  ASSERT_TRUE(st.ok()) << st.message();
-  SocketAddress rail[2];
-  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &rail[0]).ok());
-  ASSERT_TRUE(SocketAddress::parse("127.0.0.2:0", &rail[1]).ok());
-  std::unique_ptr<Bootstrap> bs[2];
   std::unique_ptr<Connection> conn[2];
-  Status results[2];
   std::string errors[2];
   bool ok[2] = {true, true};
-  std::thread t[2];
-  for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      Deadline deadline = Deadline::afterMs(20000);
-      results[r] = Bootstrap::create(id, r, 2, 0x1234, deadline, &bs[r]);
-      if (!results[r].ok()) return;
-      TcpOptions o = smallOptions(2, 256 << 10, 16 << 10);
-      o.rails = {rail[0], rail[1]};
-      results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
-      if (!results[r].ok()) return;
-      if (r == 0) {
-        // Cut rail 2: find the socket of stream 1 by its local address and shut it down.
-        const SocketAddress gone = static_cast<TcpConnection*>(conn[r].get())->streamLocalAddress(1);
-        for (int fd = 3; fd < 4096; ++fd) {
-          SocketAddress a;
-          a.length = sizeof(a.storage);
-          if (getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) == 0 && a == gone) {
-            shutdown(fd, SHUT_RDWR);
-            break;
+  withTwoRailPair(
+      9, [](int) { return 2; },
+      [&](int r, Connection* c) {
+        if (r == 0) {
+          // Cut rail 2: find the socket of stream 1 by its local address and shut it down.
+          const SocketAddress gone = static_cast<TcpConnection*>(c)->streamLocalAddress(1);
+          for (int fd = 3; fd < 4096; ++fd) {
+            SocketAddress a;
+            a.length = sizeof(a.storage);
+            if (getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) == 0 && a == gone) {
+              shutdown(fd, SHUT_RDWR);
+              break;
+            }
           }
         }
-      }
-      ok[r] = pumpStream(conn[r].get(), 8 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
-      if (ok[r]) {
-        Status h = conn[r]->checkHealth();
-        ok[r] = h.ok();
-        errors[r] = h.message();
-      }
-    });
-  }
-  for (auto& th : t) th.join();
+        ok[r] = pumpStream(c, 8 << 20, 100 + r, 101 - r, r, 70000, &errors[r]);
+        if (ok[r]) {
+          Status h = c->checkHealth();
+          ok[r] = h.ok();
+          errors[r] = h.message();
+        }
+      },
+      conn);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].message();
     EXPECT_FALSE(ok[r]) << "rank " << r;
     EXPECT_NE(errors[r].find("on the rail from 127.0.0.2:"), std::string::npos) << "rank " << r << ": " << errors[r];
   }
