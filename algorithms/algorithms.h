@@ -54,6 +54,10 @@ struct AlgoOptions {
   TorusDims torus;                  // Torus, and Hierarchical with interHost == Torus (dims over hosts)
   AlgoId interHost = AlgoId::Ring;  // Hierarchical: All-Reduce of each shard across hosts
                                     // (Ring, Tree, Torus, RecursiveDoubling or Rabenseifner)
+  // All-Reduce: the schedule is built with the hosts in the planner's tuner's fabric order
+  // (PlanTuner::hostOrder) instead of rank order, and its peers renamed back to real ranks
+  // (Schedule::renameRanks). Builders never see it: the communicator applies it around them.
+  bool fabricHostOrder = false;
 };
 
 // A rank with nobody to talk to: its result is its input (the average over one rank too).

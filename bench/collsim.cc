@@ -1,16 +1,20 @@
 // collsim: the actual schedules of a collective (the planner's choice or a named algorithm) run
 // through a flow-level simulation of a cluster fabric (src/sim/flow_sim.h), printed as an
 // nccl-tests table with per-link utilisation; --json for scripts.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/perf_colls.h"
 #include "bench/perf_data.h"
 #include "bench/perf_harness.h"
+#include "src/sim/fabric_description.h"
+#include "src/sim/fabric_tuner.h"
 #include "src/sim/flow_sim.h"
 
 namespace coll {
@@ -26,6 +30,8 @@ struct Options {
   sim::CollectiveSim sim;
   std::string mode = "auto";
   std::string jsonPath;
+  bool compare = false;
+  sim::FabricDescription net;  // the fabric options (as COLL_TOPO_FABRIC), for --compare's tuner
 };
 
 bool parseNumber(const char* t, double* out) {
@@ -66,6 +72,9 @@ void usage() {
       "  --routing minimal|valiant               dragonfly routing (default minimal)\n"
       "  --mode auto|exact|symmetric             auto: exact up to --exact-steps steps (default 1e6)\n"
       "  --top N                busiest links listed (default 5)\n"
+      "  --work N               stop a run past N units of rate solving (default: no limit)\n"
+      "  --compare 1            every applicable algorithm simulated (hier: each split across hosts), the\n"
+      "                         model's choice and the fabric tuner's (COLL_TOPO_FABRIC) against the best\n"
       "  --json PATH            also write the results as JSON ('-' = stdout instead of the table)\n");
 }
 
@@ -77,7 +86,9 @@ int fail(const char* what, const char* value) {
 int parseOptions(int argc, char** argv, Options* o) {
   sim::CollectiveSim& s = o->sim;
   s.nranks = 1024;
-  s.fabric.kind = sim::FabricKind::FatTree2;
+  sim::FabricDescription& net = o->net;
+  net.fabric.kind = sim::FabricKind::FatTree2;
+  net.maxWork = 0;
   s.topLinks = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -91,12 +102,6 @@ int parseOptions(int argc, char** argv, Options* o) {
     }
     const char* v = argv[++i];
     double x = 0;
-    uint64_t b = 0;
-    auto gbps = [&](double* out) {
-      if (!parseNumber(v, &x) || x <= 0) return false;
-      *out = x * 1e9;
-      return true;
-    };
     auto count = [&](int32_t* out) {
       if (!parseNumber(v, &x) || x < 1 || x > 1e8 || x != static_cast<int32_t>(x)) return false;
       *out = static_cast<int32_t>(x);
@@ -119,64 +124,6 @@ int parseOptions(int argc, char** argv, Options* o) {
       if (!perf::parseType(v, &o->dtype)) return fail("type", v);
     } else if (a == "--algo") {
       s.algo = v;
-    } else if (a == "--fabric") {
-      const Status st = sim::parseFabricKind(v, &s.fabric.kind);
-      if (!st.ok()) {
-        fprintf(stderr, "collsim: %s\n", st.message().c_str());
-        return 2;
-      }
-    } else if (a == "--nodes") {
-      if (!count(&s.fabricNodes)) return fail("node count", v);
-    } else if (a == "--placement") {
-      const Status st = sim::parsePlacement(v, &s.placement);
-      if (!st.ok()) {
-        fprintf(stderr, "collsim: %s\n", st.message().c_str());
-        return 2;
-      }
-    } else if (a == "--nic") {
-      if (!gbps(&s.fabric.nicBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--intra") {
-      if (!gbps(&s.fabric.intraBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--mem") {
-      if (!gbps(&s.params.model.memoryBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--alpha-intra" || a == "--alpha-inter") {
-      if (!parseNumber(v, &x)) return fail("latency", v);
-      s.params.model.link[a == "--alpha-intra" ? 0 : 1].alphaSeconds = x * 1e-6;
-    } else if (a == "--hop") {
-      if (!parseNumber(v, &x)) return fail("latency", v);
-      s.fabric.hopSeconds = x * 1e-9;
-    } else if (a == "--slice") {
-      if (!perf::parseSize(v, &b) || b == 0) return fail("slice", v);
-      s.params.model.defaultSliceBytes = b;
-    } else if (a == "--leaf-ports") {
-      if (!count(&s.fabric.leafPorts)) return fail("count", v);
-    } else if (a == "--uplinks") {
-      if (!count(&s.fabric.leafUplinks)) return fail("count", v);
-    } else if (a == "--oversub" || a == "--agg-oversub") {
-      if (!parseNumber(v, &x) || x <= 0) return fail("oversubscription", v);
-      (a == "--oversub" ? s.fabric.oversubscription : s.fabric.aggOversubscription) = x;
-    } else if (a == "--pod-leaves") {
-      if (!count(&s.fabric.podLeaves)) return fail("count", v);
-    } else if (a == "--agg-uplinks") {
-      if (!count(&s.fabric.aggUplinks)) return fail("count", v);
-    } else if (a == "--torus") {
-      int d[3] = {0, 0, 0};
-      const int n = sscanf(v, "%dx%dx%d", &d[0], &d[1], &d[2]);
-      if (n < 2 || d[0] < 1 || d[1] < 1 || (n == 3 && d[2] < 1)) return fail("torus dimensions", v);
-      for (int k = 0; k < 3; ++k) s.fabric.torusDims[k] = n > k ? d[k] : 0;
-    } else if (a == "--torus-link") {
-      if (!gbps(&s.fabric.torusLinkBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--routers") {
-      if (!count(&s.fabric.routersPerGroup)) return fail("count", v);
-    } else if (a == "--nodes-per-router") {
-      if (!count(&s.fabric.nodesPerRouter)) return fail("count", v);
-    } else if (a == "--local-link") {
-      if (!gbps(&s.fabric.localLinkBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--global-link") {
-      if (!gbps(&s.fabric.globalLinkBytesPerSecond)) return fail("bandwidth", v);
-    } else if (a == "--routing") {
-      if (strcmp(v, "minimal") != 0 && strcmp(v, "valiant") != 0) return fail("routing", v);
-      s.fabric.valiant = strcmp(v, "valiant") == 0;
     } else if (a == "--mode") {
       o->mode = v;
       if (o->mode == "auto") s.autoMode = true;
@@ -193,11 +140,31 @@ int parseOptions(int argc, char** argv, Options* o) {
       s.topLinks = static_cast<int32_t>(x);
     } else if (a == "--json") {
       o->jsonPath = v;
+    } else if (a == "--compare") {
+      if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0) return fail("--compare (0 or 1)", v);
+      o->compare = strcmp(v, "1") == 0;
     } else {
-      fprintf(stderr, "collsim: unknown argument %s (see --help)\n", a.c_str());
-      return 2;
+      bool known = false;
+      const Status st = a.rfind("--", 0) == 0 ? sim::applyFabricOption(a.substr(2), v, &net, &known) : okStatus();
+      if (!st.ok()) {
+        fprintf(stderr, "collsim: %s\n", st.message().c_str());
+        return 2;
+      }
+      if (!known) {
+        fprintf(stderr, "collsim: unknown argument %s (see --help)\n", a.c_str());
+        return 2;
+      }
     }
   }
+  // The fabric options, as COLL_TOPO_FABRIC spells them (src/sim/fabric_description.h).
+  const int32_t perNode = s.fabric.ranksPerNode;
+  s.fabric = net.fabric;
+  s.fabric.ranksPerNode = perNode;
+  s.fabricNodes = net.nodes;
+  s.placement = net.placement;
+  s.params.model = net.model;
+  s.params.maxWork = net.maxWork;
+  net.exactSteps = s.exactSteps;
   if (s.nranks < 1) {
     fprintf(stderr, "collsim: %d ranks; want at least 1\n", s.nranks);
     return 2;
@@ -227,6 +194,105 @@ struct Row {
   double wall = 0;
   sim::CollectiveSimResult r;
 };
+
+// --compare: what COLL_TOPO_FABRIC changes. Every algorithm the planner considers, priced by the
+// fabric tuner (hierarchical at its fastest split), against the planner's model-only choice.
+int runCompare(Options& o) {
+  const perf::CollInfo& info = perf::collInfo(o.coll);
+  const size_t elt = perf::typeSize(o.dtype);
+  const int32_t p = o.sim.nranks;
+  const int32_t L = o.sim.fabric.ranksPerNode;
+  if (p % L != 0) {
+    fprintf(stderr, "collsim: --compare needs whole nodes (%d ranks, %d per node)\n", p, L);
+    return 2;
+  }
+  UniformTopologies topos(p, L);
+  const Topology topo0 = topos.at(0);
+  std::shared_ptr<const sim::FabricTuner> tuner;
+  sim::FabricDescription net = o.net;
+  net.fabric.ranksPerNode = L;
+  if (net.maxWork == 0) net.maxWork = ~0ull;
+  Status st = sim::FabricTuner::make(net, topo0, &tuner);
+  if (!st.ok()) {
+    fprintf(stderr, "collsim: %s\n", st.message().c_str());
+    return 1;
+  }
+  printf("# collsim --compare: %s, %d ranks, %d per node, fabric %s\n", info.name, p, L,
+         sim::describeFabric(net).c_str());
+  printf("#%11s  %-34s %12s %12s %8s\n", "size", "algorithm", "model(us)", "sim(us)", "÷best");
+  for (uint64_t bytes : o.sizes) {
+    const perf::CollShape shape = perf::shapeForBytes(o.coll, bytes, elt, p);
+    sim::CollectiveSim cs = o.sim;
+    cs.kind = kindOf(o.coll);
+    cs.count = shape.count;
+    cs.dtype = o.dtype;
+    PlannerInputs pin;
+    sim::plannerInputsFor(cs, &topo0, &pin);
+    const CollArgs args = sim::callArgsFor(cs);
+    PlanChoice choice;
+    st = planCollective(pin, args, &choice);
+    if (!st.ok()) {
+      fprintf(stderr, "collsim: %s\n", st.message().c_str());
+      return 1;
+    }
+    struct Priced {
+      std::string name;
+      double model = 0, simulated = -1;
+      std::string why;
+    };
+    std::vector<Priced> rows;
+    double best = -1;
+    int bestRow = -1;
+    for (int i = 0; i < choice.ncandidates; ++i) {
+      Candidate c = choice.candidates[i];
+      Priced row;
+      row.model = c.seconds;
+      const Status ps = tuner->priceBest(pin, args, &c);
+      row.name = describeChoice(c.algo, c.options, 0);
+      if (ps.ok()) {
+        row.simulated = c.seconds;
+        if (best < 0 || c.seconds < best) {
+          best = c.seconds;
+          bestRow = static_cast<int>(rows.size());
+        }
+      } else {
+        row.why = ps.message();
+      }
+      rows.push_back(row);
+    }
+    for (const Priced& r : rows) {
+      if (r.simulated >= 0) {
+        printf("%12llu  %-34s %12.2f %12.2f %8.2f\n", static_cast<unsigned long long>(bytes), r.name.c_str(),
+               r.model * 1e6, r.simulated * 1e6, r.simulated / best);
+      } else {
+        printf("%12llu  %-34s %12.2f %12s %8s  # %s\n", static_cast<unsigned long long>(bytes), r.name.c_str(),
+               r.model * 1e6, "-", "-", r.why.c_str());
+      }
+    }
+    // The model's own choice as it would run (its split for hier), simulated.
+    sim::CollectiveSimResult mr;
+    st = sim::simulateCollective(cs, &mr);
+    const bool allPriced =
+        bestRow >= 0 && std::all_of(rows.begin(), rows.end(), [](const Priced& r) { return r.simulated >= 0; });
+    if (st.ok() && best > 0) {
+      printf("%12llu  model's choice %s: %.2f us, %.2f x best\n", static_cast<unsigned long long>(bytes),
+             mr.algorithm.c_str(), mr.sim.seconds * 1e6, mr.sim.seconds / best);
+    } else if (!st.ok()) {
+      printf("%12llu  model's choice %s: not simulated (%s)\n", static_cast<unsigned long long>(bytes),
+             describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), st.message().c_str());
+    }
+    if (allPriced) {
+      printf("%12llu  fabric tuner's choice %s: 1.00 x best\n", static_cast<unsigned long long>(bytes),
+             rows[static_cast<size_t>(bestRow)].name.c_str());
+    } else {
+      printf(
+          "%12llu  fabric tuner: no opinion (not every candidate simulated within the budget); the model's "
+          "choice stands\n",
+          static_cast<unsigned long long>(bytes));
+    }
+  }
+  return 0;
+}
 
 int run(Options& o) {
   const perf::CollInfo& info = perf::collInfo(o.coll);
@@ -347,5 +413,5 @@ int main(int argc, char** argv) {
   coll::Options o;
   const int rc = coll::parseOptions(argc, argv, &o);
   if (rc >= 0) return rc;
-  return coll::run(o);
+  return o.compare ? coll::runCompare(o) : coll::run(o);
 }

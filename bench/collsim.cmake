@@ -1,5 +1,3 @@
 # collsim: a collective's actual schedules on a simulated cluster fabric (src/sim).
-if(TARGET coll_sim)
-  add_executable(collsim ${CMAKE_CURRENT_LIST_DIR}/collsim.cc)
-  target_link_libraries(collsim PRIVATE coll_sim coll_perf)
-endif()
+add_executable(collsim ${CMAKE_CURRENT_LIST_DIR}/collsim.cc)
+target_link_libraries(collsim PRIVATE collective_internal coll_perf)

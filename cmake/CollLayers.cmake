@@ -28,15 +28,15 @@ coll_layer(schedule   USES transports DIRS src/schedule)
 coll_layer(algorithms USES schedule kernels DIRS algorithms)
 coll_layer(exec       USES algorithms DIRS src/exec)
 coll_layer(plan       USES exec DIRS src/plan)
-coll_layer(comm       USES plan gpu DIRS src/comm)
+coll_layer(sim        USES plan DIRS src/sim)  # the fabric simulator: schedules on a modelled network (collsim, COLL_TOPO_FABRIC)
+coll_layer(comm       USES sim gpu DIRS src/comm)
 coll_layer(api        USES comm DIRS src/api)
 # Beside the library: the NCCL net plugin (base, oob and transports only) and the programs on top.
 coll_layer(nccl_net   USES transports DIRS src/nccl_net)
-coll_layer(sim        USES plan DIRS src/sim)  # the fabric simulator (collsim): schedules on a modelled network
-coll_layer(tools      USES api nccl_net sim DIRS bench tests)
+coll_layer(tools      USES api nccl_net DIRS bench tests)
 
 # libcollective: these layers' objects, in this order.
-set(COLL_LIBRARY_LAYERS base kernels gpu topo oob transports schedule algorithms exec plan comm api)
+set(COLL_LIBRARY_LAYERS base kernels gpu topo oob transports schedule algorithms exec plan sim comm api)
 
 # Every layer a layer may include from (its USES, transitively), into COLL_LAYER_<name>_ALLOWED.
 foreach(layer ${COLL_LAYERS})

@@ -9,6 +9,8 @@
 #include "algorithms/registry.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/sim/fabric_description.h"
+#include "src/sim/fabric_tuner.h"
 
 namespace coll {
 
@@ -27,6 +29,14 @@ const IntKnob kLinkNicsPerHost("COLL_LINK_NICS_PER_HOST", "1",
                                "uses link i*N/ranks-on-host). 1 (default): one link shared by all of a host's ranks, "
                                "as on an emulated cluster; 0: one per rank (a NIC per GPU, as real GPU clusters).",
                                {KnobSection::PlannerExecutor, 80});
+const StringKnob kTopoFabric(
+    "COLL_TOPO_FABRIC", "",
+    "The cluster network, for the planner to choose by simulated cost (the fabric simulator runs each "
+    "candidate's schedules on it: hierarchical at each split across hosts, All-Reduce also with the hosts in "
+    "fabric order where the placement scatters them): KIND[,key=value...] or @FILE, "
+    "collsim's options as keys, e.g. fattree2,leaf-ports=32,uplinks=8,oversub=4,nic=50. Calls the simulator cannot "
+    "price within its budgets (keys exact-steps, work) keep the model's choice. Unset: the model alone.",
+    {KnobSection::PlannerExecutor, 25});
 const BytesKnob kDirectMaxBytes(
     "COLL_DIRECT_MAX_BYTES", "",
     "Largest message the planner sends through the direct algorithm (default: what fits in a window half).",
@@ -60,6 +70,30 @@ Status PlanCache::setInputs(bool haveWindows, uint64_t windowHalfBytes) {
                      static_cast<long long>(nics));
   }
   in.nicsPerHost = static_cast<int32_t>(nics);
+  in.tuner.reset();
+  rankInHostOrder_.clear();
+  if (const std::string fabric = kTopoFabric.get(); !fabric.empty()) {
+    sim::FabricDescription net;
+    const Status parsed = sim::parseFabricDescription(fabric, &net);
+    if (!parsed.ok()) {
+      return makeError(collInvalidUsage, "COLL_TOPO_FABRIC=%s: %s", fabric.c_str(), parsed.message().c_str());
+    }
+    std::shared_ptr<const sim::FabricTuner> tuner;
+    const Status made = sim::FabricTuner::make(net, topo_, &tuner);
+    if (made.ok()) {
+      in.tuner = tuner;
+      if (const std::vector<int32_t>* order = tuner->hostOrder(); order != nullptr) {
+        // The topology plans see when hosts run in fabric order, and the real rank at each place.
+        const int32_t per = topo_.nranks / topo_.nhosts;
+        rankInHostOrder_ = ranksInHostOrder(*order, per);
+        const auto me = std::find(rankInHostOrder_.begin(), rankInHostOrder_.end(), topo_.rank);
+        hostOrderTopo_ = Topology::uniform(static_cast<int32_t>(me - rankInHostOrder_.begin()), topo_.nranks, per);
+      }
+      if (rank() == 0) COLL_INFO(rank(), "planner: choosing by simulation on %s", sim::describeFabric(net).c_str());
+    } else if (rank() == 0) {
+      COLL_WARN(rank(), "%s; the planner uses its model alone", made.message().c_str());
+    }
+  }
   finalizePlannerInputs(&in);
   COLL_TRY(checkForcedAlgo(in));
   if (!in.torusDims.empty() && !in.shape.torusOk && rank() == 0) {
@@ -127,17 +161,20 @@ void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t
   if (callCount > args.count) {
     snprintf(rounds, sizeof(rounds), ", in rounds (this one %llu)", static_cast<unsigned long long>(args.count));
   }
-  COLL_INFO(rank(), "plan %s %llu x %s: %s predicted %.1f us [%s]%s", collKindName(args.kind),
+  COLL_INFO(rank(), "plan %s %llu x %s: %s %s %.1f us [%s]%s", collKindName(args.kind),
             static_cast<unsigned long long>(std::max(callCount, args.count)), dataTypeName(args.dtype),
-            describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), choice.predictedSeconds * 1e6,
-            others.c_str(), rounds);
+            describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(),
+            choice.tuned ? "simulated" : "predicted", choice.predictedSeconds * 1e6, others.c_str(), rounds);
 }
 
 void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
   if (args.kind == CollKind::Send || args.kind == CollKind::Recv)
     return;  // point-to-point calls go through pointToPoint()
-  const BuildRequest request{topo_, args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
+  const bool reordered = choice.options.fabricHostOrder && !rankInHostOrder_.empty();
+  const BuildRequest request{reordered ? hostOrderTopo_ : topo_, args, choice.options, plannerInputs_.windowHalfBytes,
+                             choice.reduceAllBelowBytes};
   algorithm(choice.algo).build(request, out);
+  if (reordered) out->renameRanks(rankInHostOrder_);
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 

@@ -68,6 +68,10 @@ class PlanCache {
     PlanChoice choice;
   };
   std::vector<ChoiceEntry> choices_;
+  // COLL_TOPO_FABRIC's host order (PlanTuner::hostOrder): the real rank at each position, and
+  // this rank's topology in that order, for plans chosen with options.fabricHostOrder.
+  std::vector<int32_t> rankInHostOrder_;
+  Topology hostOrderTopo_;
   size_t nextChoice_ = 0;
   static constexpr size_t kMaxChoices = 16;
 };

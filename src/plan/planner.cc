@@ -433,14 +433,22 @@ Status planCollective(const PlannerInputs& in, const CollArgs& args, PlanChoice*
     const AlgoId a = algoIdAt(i);
     if ((mask & algoBit(a)) == 0 || !algoApplicable(in, args.kind, a)) continue;
     if (c.ncandidates == PlanChoice::kMaxCandidates) break;
-    Candidate cand = predictAlgo(in, args.kind, a, bytes, args.count);
-    c.candidates[c.ncandidates] = cand;
-    if (best < 0 || cand.seconds < c.candidates[best].seconds) best = c.ncandidates;
-    ++c.ncandidates;
+    c.candidates[c.ncandidates++] = predictAlgo(in, args.kind, a, bytes, args.count);
   }
-  if (best < 0) {
+  if (c.ncandidates == 0) {
     return makeError(collInvalidUsage, "COLL_ALGO=%s leaves %s with no algorithm that can run on this communicator",
                      in.forcedAlgo.c_str(), collKindName(args.kind));
+  }
+  if (in.tuner != nullptr && in.topo->nranks > 1) {
+    Candidate tuned[PlanChoice::kMaxCandidates];
+    std::copy(c.candidates, c.candidates + c.ncandidates, tuned);
+    if (in.tuner->tune(in, args, tuned, c.ncandidates)) {
+      std::copy(tuned, tuned + c.ncandidates, c.candidates);
+      c.tuned = true;
+    }
+  }
+  for (int i = 0; i < c.ncandidates; ++i) {
+    if (best < 0 || c.candidates[i].seconds < c.candidates[best].seconds) best = i;
   }
   const Candidate& w = c.candidates[best];
   c.algo = w.algo;
@@ -478,7 +486,17 @@ PlanKey planKeyOf(const CollArgs& args, const PlanChoice& choice) {
   k.sliceBytes = choice.sliceBytes;
   k.reduceAllBelowBytes = choice.reduceAllBelowBytes;
   k.quantBlock = args.compress.blockSize;
+  k.fabricHostOrder = choice.options.fabricHostOrder;
   return k;
+}
+
+std::vector<int32_t> ranksInHostOrder(const std::vector<int32_t>& hostOrder, int32_t ranksPerHost) {
+  std::vector<int32_t> rankOf;
+  rankOf.reserve(hostOrder.size() * static_cast<size_t>(ranksPerHost));
+  for (int32_t host : hostOrder) {
+    for (int32_t i = 0; i < ranksPerHost; ++i) rankOf.push_back(host * ranksPerHost + i);
+  }
+  return rankOf;
 }
 
 std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sliceBytes) {
@@ -487,6 +505,7 @@ std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sli
     s += algorithm(algo).describeOptions(options);
   }
   if (options.channels > 1) s += " channels " + std::to_string(options.channels);
+  if (options.fabricHostOrder) s += " hosts in fabric order";
   if (sliceBytes != 0) {
     s += " chunk " + (sliceBytes % 1024 == 0 ? std::to_string(sliceBytes / 1024) + "K" : std::to_string(sliceBytes));
   }

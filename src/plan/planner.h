@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "algorithms/model.h"
 #include "algorithms/registry.h"
 #include "src/base/status.h"
+#include "src/plan/tuner.h"
 #include "src/schedule/coll_args.h"
 #include "src/topo/topology.h"
 
@@ -32,6 +34,8 @@ AlgoMask candidateAlgos(CollKind kind);
 // The model's inputs (algorithms/model.h) and COLL_ALGO's filter.
 struct PlannerInputs : ModelInputs {
   std::string forcedAlgo;  // COLL_ALGO ("" = choose)
+  // Re-prices the candidates of every planned call (COLL_TOPO_FABRIC); null = the model alone.
+  std::shared_ptr<const PlanTuner> tuner;
   // Derived by finalizePlannerInputs:
   AlgoMask allowed[kCollKindCount] = {};
   Status filterStatus;  // COLL_ALGO's parse result
@@ -50,6 +54,7 @@ struct PlanChoice {
   static constexpr int kMaxCandidates = 16;  // at least the algorithms serving one collective
   Candidate candidates[kMaxCandidates];      // every allowed, applicable algorithm, in AlgoId order
   int32_t ncandidates = 0;
+  bool tuned = false;  // the candidates' times are the tuner's (PlannerInputs::tuner), not the model's
 };
 
 // Validates COLL_ALGO and COLL_TORUS_DIMS against this communicator once: an unknown name, or a
@@ -85,9 +90,14 @@ struct PlanKey {
   uint64_t sliceBytes;
   uint64_t reduceAllBelowBytes;
   int32_t quantBlock;  // compressed calls
+  bool fabricHostOrder;
   bool operator==(const PlanKey&) const = default;
 };
 PlanKey planKeyOf(const CollArgs& args, const PlanChoice& choice);
+
+// Hosts reordered whole, for a communicator whose ranks are in equal host blocks: the real rank at
+// each position of the order (hostOrder[h] = the host at position h), for Schedule::renameRanks.
+std::vector<int32_t> ranksInHostOrder(const std::vector<int32_t>& hostOrder, int32_t ranksPerHost);
 
 // "hier(inter=ring) chunk 512K" (logs).
 std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sliceBytes);

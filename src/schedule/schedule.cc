@@ -152,6 +152,24 @@ void Schedule::append(const Schedule& part, int32_t sendExtra, int32_t recvExtra
   usesWindows = usesWindows || part.usesWindows;
 }
 
+void Schedule::renameRanks(const std::vector<int32_t>& rankOf) {
+  auto rename = [&](int32_t r) { return r >= 0 && static_cast<size_t>(r) < rankOf.size() ? rankOf[r] : r; };
+  auto renameBuf = [&](BufRef* b) {
+    if (b->kind == BufKind::Window) b->owner = rename(b->owner);
+  };
+  for (Step& s : steps) {
+    if (s.kind == StepKind::Send || s.kind == StepKind::Recv || s.kind == StepKind::RecvReduce) s.peer = rename(s.peer);
+    renameBuf(&s.src);
+    renameBuf(&s.dst);
+    renameBuf(&s.aux);
+  }
+  for (BufRef& b : srcs) renameBuf(&b);
+  for (Dep& d : deps) {
+    if (d.kind == DepKind::PeerStep || d.kind == DepKind::PeerCall) d.peer = rename(d.peer);
+  }
+  for (int32_t& p : peers) p = rename(p);
+}
+
 void Schedule::finalizePeers() {
   peers.clear();
   for (const Step& s : steps) {

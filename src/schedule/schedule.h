@@ -133,6 +133,11 @@ struct Schedule {
   int32_t addJoin(int32_t firstStep);
   // Fills `peers` from the steps.
   void finalizePeers();
+  // Renames every rank the schedule names (Send/Recv peers, window owners, local peers of
+  // dependencies, `peers`): rank v becomes rankOf[v]. For a schedule built on a topology whose
+  // ranks are a permutation of the real ones (hosts reordered whole), so data moves between the
+  // same positions of the order; the order of steps to one peer is kept.
+  void renameRanks(const std::vector<int32_t>& rankOf);
   // Appends another call's schedule (same dtype, op and divisor) so both run as one: its send
   // and receive buffers become Extra buffers `sendExtra` / `recvExtra`, its scratch, window
   // bytes, progress slots and step indices move past this schedule's. Every rank fuses the same

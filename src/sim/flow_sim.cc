@@ -154,6 +154,7 @@ class Simulator {
   size_t cachedIds_ = 0;
   double makespan_ = 0;
   uint64_t flows_ = 0, solves_ = 0, reuses_ = 0;
+  uint64_t work_ = 0;  // flow-link visits of rate solving (SimParams::maxWork)
   size_t resolved_ = 0;
 };
 
@@ -292,6 +293,7 @@ void Simulator::fill(const std::vector<uint32_t>& flows, std::vector<double>* ra
   const std::vector<Link>& links = f_.links();
   for (uint32_t node : flows) {
     const FlowClass& c = classes_[wireClass_[node]];
+    work_ += c.count;
     for (uint32_t e = c.begin; e < c.begin + c.count; ++e) {
       const int32_t l = entries_[e].first;
       if (adjFill_[l] == 0) {
@@ -527,6 +529,10 @@ Status Simulator::run(SimResult* out, int32_t topLinks) {
     if (dirty_ && (queue_.empty() || queue_.top().time > now_)) {
       solveRates();
       dirty_ = false;
+      if (p_.maxWork > 0 && work_ > p_.maxWork) {
+        return makeError(collInvalidUsage, "collsim: past the work budget of %llu units of rate solving at %.6g s",
+                         static_cast<unsigned long long>(p_.maxWork), now_);
+      }
       continue;
     }
     if (queue_.empty()) break;
@@ -623,6 +629,35 @@ Status simulateSchedules(const ScheduleBuilder& build, int32_t nranks, const Fab
   return okStatus();
 }
 
+void plannerInputsFor(const CollectiveSim& in, const Topology* topo, PlannerInputs* pin) {
+  *pin = PlannerInputs{};
+  pin->topo = topo;
+  pin->haveWindows = true;
+  pin->windowHalfBytes = 4u << 20;
+  pin->intraHost = LinkCost{in.params.model.link[0].alphaSeconds, 1.0 / in.fabric.intraBytesPerSecond};
+  pin->interHost = LinkCost{in.params.model.link[1].alphaSeconds, 1.0 / in.fabric.nicBytesPerSecond};
+  pin->nicsPerHost = 0;
+  pin->implementationFactors = false;
+  pin->reductionOverlaps = true;
+  pin->gamma = 1.0 / in.params.model.memoryBytesPerSecond;
+  pin->forcedAlgo = in.algo;
+  finalizePlannerInputs(pin);
+}
+
+CollArgs callArgsFor(const CollectiveSim& in) {
+  CollArgs args;
+  args.kind = in.kind;
+  args.count = in.count;
+  args.dtype = in.dtype;
+  args.op = collSum;
+  // Distinct buffers (out of place); the schedules never touch them here.
+  static int dummy[2];
+  args.sendbuff = &dummy[0];
+  args.recvbuff = &dummy[1];
+  if (in.kind == CollKind::Broadcast || in.kind == CollKind::Reduce) args.root = 0;
+  return args;
+}
+
 Status simulateCollective(const CollectiveSim& in, CollectiveSimResult* out) {
   *out = CollectiveSimResult{};
   const int32_t L = in.fabric.ranksPerNode;
@@ -638,42 +673,38 @@ Status simulateCollective(const CollectiveSim& in, CollectiveSimResult* out) {
   std::vector<int32_t> nodeOfHost;
   COLL_TRY(placeHosts(in.placement, hosts, nodes, &nodeOfHost));
 
-  // The planner as a communicator of this shape would run it, with the fabric's per-rank links
-  // and the pure model (no factors measured elsewhere).
   UniformTopologies topos(in.nranks, L);
   const Topology topo0 = topos.at(0);
   PlannerInputs pin;
-  pin.topo = &topo0;
-  pin.haveWindows = true;
-  pin.windowHalfBytes = 4u << 20;
-  pin.intraHost = LinkCost{in.params.model.link[0].alphaSeconds, 1.0 / in.fabric.intraBytesPerSecond};
-  pin.interHost = LinkCost{in.params.model.link[1].alphaSeconds, 1.0 / in.fabric.nicBytesPerSecond};
-  pin.nicsPerHost = 0;
-  pin.implementationFactors = false;
-  pin.reductionOverlaps = true;
-  pin.gamma = 1.0 / in.params.model.memoryBytesPerSecond;
-  pin.forcedAlgo = in.algo;
-  finalizePlannerInputs(&pin);
+  plannerInputsFor(in, &topo0, &pin);
   COLL_TRY(checkForcedAlgo(pin));
-  CollArgs args;
-  args.kind = in.kind;
-  args.count = in.count;
-  args.dtype = in.dtype;
-  args.op = collSum;
-  static int dummy[2];
-  args.sendbuff = &dummy[0];
-  args.recvbuff = &dummy[1];
-  if (in.kind == CollKind::Broadcast || in.kind == CollKind::Reduce) args.root = 0;
+  const CollArgs args = callArgsFor(in);
   PlanChoice choice;
   COLL_TRY(planCollective(pin, args, &choice));
   out->algorithm = describeChoice(choice.algo, choice.options, choice.sliceBytes);
   out->predictedSeconds = choice.predictedSeconds;
+  Candidate plan;
+  plan.algo = choice.algo;
+  plan.options = choice.options;
+  plan.sliceBytes = choice.sliceBytes;
+  const SimMode mode{in.autoMode, in.exactSteps};
+  return simulatePlan(pin, args, plan, fabric, nodeOfHost, in.params, mode, &out->sim, in.topLinks);
+}
 
-  SimParams params = in.params;
-  params.model.link[0].bytesPerSecond = in.fabric.intraBytesPerSecond;
-  params.model.link[1].bytesPerSecond = in.fabric.nicBytesPerSecond;
+Status simulatePlan(const PlannerInputs& pin, const CollArgs& args, const Candidate& plan, const Fabric& fabric,
+                    const std::vector<int32_t>& nodeOfHost, SimParams params, const SimMode& mode, SimResult* out,
+                    int32_t topLinks) {
+  *out = SimResult{};
+  const int32_t nranks = pin.topo->nranks;
+  const int32_t L = fabric.spec().ranksPerNode;
+  params.model.link[0].bytesPerSecond = fabric.spec().intraBytesPerSecond;
+  params.model.link[1].bytesPerSecond = fabric.spec().nicBytesPerSecond;
+  // What the planner derives for the call from the algorithm (rounds, direct's reduce-all size).
+  CallShape shape;
+  const AlgorithmDescriptor& algo = algorithm(plan.algo);
+  if (algo.shapeCall != nullptr && nranks > 1) COLL_TRY(algo.shapeCall(pin, args, &shape));
   // A call planned in rounds runs them one after another: simulate a full round and the rest.
-  const uint64_t round = choice.roundElems > 0 && choice.roundElems < args.count ? choice.roundElems : args.count;
+  const uint64_t round = shape.roundElems > 0 && shape.roundElems < args.count ? shape.roundElems : args.count;
   const uint64_t fullRounds = args.count / std::max<uint64_t>(round, 1);
   const uint64_t rest = args.count - fullRounds * round;
   for (int part = 0; part < 2; ++part) {
@@ -683,47 +714,47 @@ Status simulateCollective(const CollectiveSim& in, CollectiveSimResult* out) {
     CollArgs a = args;
     a.count = count;
     ScheduleBuilder build = [&](const Topology& topo, Schedule* s) {
-      const BuildRequest req{topo, a, choice.options, pin.windowHalfBytes, choice.reduceAllBelowBytes};
-      algorithm(choice.algo).build(req, s);
-      if (choice.sliceBytes != 0) s->sliceBytes = choice.sliceBytes;
+      const BuildRequest req{topo, a, plan.options, pin.windowHalfBytes, shape.reduceAllBelowBytes};
+      algo.build(req, s);
+      if (plan.sliceBytes != 0) s->sliceBytes = plan.sliceBytes;
     };
-    if (in.autoMode) {
-      const uint64_t est = estimateTotalSteps(build, in.nranks, L);
-      if (est <= in.exactSteps) {
+    if (mode.autoMode) {
+      const uint64_t est = estimateTotalSteps(build, nranks, L);
+      if (est <= mode.exactSteps) {
         params.cost.mode = CostMode::Exact;
-        params.cost.maxSteps = std::max(params.cost.maxSteps, in.exactSteps);
+        params.cost.maxSteps = std::max(params.cost.maxSteps, mode.exactSteps);
       } else {
         params.cost.mode = CostMode::Symmetric;
         params.cost.symmetry = HostSymmetry{};
         // A torus whose fastest dimension is a host's ranks, or hierarchical's torus over hosts,
         // is symmetric on its grid of hosts; rings and the rest on one cycle of hosts.
-        if (choice.algo == AlgoId::Torus && choice.options.torus.d[0] == L && choice.options.torus.ndims >= 2) {
-          params.cost.symmetry.ndims = choice.options.torus.ndims - 1;
-          for (int i = 1; i < 3; ++i) params.cost.symmetry.d[i - 1] = choice.options.torus.d[i];
-        } else if (choice.algo == AlgoId::Hierarchical && choice.options.interHost == AlgoId::Torus) {
-          params.cost.symmetry.ndims = choice.options.torus.ndims;
-          for (int i = 0; i < 3; ++i) params.cost.symmetry.d[i] = choice.options.torus.d[i];
+        if (plan.algo == AlgoId::Torus && plan.options.torus.d[0] == L && plan.options.torus.ndims >= 2) {
+          params.cost.symmetry.ndims = plan.options.torus.ndims - 1;
+          for (int i = 1; i < 3; ++i) params.cost.symmetry.d[i - 1] = plan.options.torus.d[i];
+        } else if (plan.algo == AlgoId::Hierarchical && plan.options.interHost == AlgoId::Torus) {
+          params.cost.symmetry.ndims = plan.options.torus.ndims;
+          for (int i = 0; i < 3; ++i) params.cost.symmetry.d[i] = plan.options.torus.d[i];
         }
       }
     }
     SimResult r;
-    const Status st = simulateSchedules(build, in.nranks, fabric, nodeOfHost, params, &r, in.topLinks);
+    const Status st = simulateSchedules(build, nranks, fabric, nodeOfHost, params, &r, topLinks);
     if (!st.ok()) {
       if (params.cost.mode == CostMode::Symmetric) {
         return makeError(st.code(),
                          "%s (%s is not simulated by host symmetry; at %d ranks an exact run holds %llu steps)",
-                         st.message().c_str(), out->algorithm.c_str(), in.nranks,
-                         static_cast<unsigned long long>(estimateTotalSteps(build, in.nranks, L)));
+                         st.message().c_str(), describeChoice(plan.algo, plan.options, plan.sliceBytes).c_str(), nranks,
+                         static_cast<unsigned long long>(estimateTotalSteps(build, nranks, L)));
       }
       return st;
     }
     if (part == 0) {
-      out->sim = r;
-      out->sim.seconds *= static_cast<double>(times);
-      for (TierLoad& t : out->sim.tiers) t.bytes *= static_cast<double>(times);
+      *out = r;
+      out->seconds *= static_cast<double>(times);
+      for (TierLoad& t : out->tiers) t.bytes *= static_cast<double>(times);
     } else {
-      out->sim.seconds += r.seconds;
-      out->sim.flows += r.flows;
+      out->seconds += r.seconds;
+      out->flows += r.flows;
     }
   }
   return okStatus();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/base/status.h"
+#include "src/plan/planner.h"
 #include "src/plan/schedule_cost.h"
 #include "src/schedule/coll_args.h"
 #include "src/sim/fabric.h"
@@ -24,6 +25,9 @@ struct SimParams {
   // Exact: every rank. Symmetric: host 0's ranks, each of their messages standing for its copies
   // on every host (translated by the host symmetry), which load the links as one flow class.
   CostOptions cost;
+  // > 0: fail once rate solving has visited this many (flow, link) pairs, a deterministic bound on
+  // the run's work (contended exact runs re-solve often).
+  uint64_t maxWork = 0;
 };
 
 struct TierLoad {
@@ -59,6 +63,22 @@ Status simulateSchedules(const ScheduleBuilder& build, int32_t nranks, const Fab
                          const std::vector<int32_t>& nodeOfHost, const SimParams& params, SimResult* out,
                          int32_t topLinks = 10);
 
+// How a run is evaluated: auto = exact up to exactSteps steps in all, else by host symmetry (when
+// the schedules are not translation invariant that fails, naming the algorithm); otherwise as
+// SimParams::cost says.
+struct SimMode {
+  bool autoMode = true;
+  uint64_t exactSteps = 1'000'000;
+};
+
+// One planned call (an algorithm with its options and chunk, as the planner chose or a tuner
+// tries) on the fabric: its rounds and the schedules the registry builds, for a communicator
+// with pin's inputs (pin.topo->nranks ranks, fabric.spec().ranksPerNode consecutive per host,
+// host h on node nodeOfHost[h]). SimParams' link bandwidths are taken from the fabric.
+Status simulatePlan(const PlannerInputs& pin, const CollArgs& args, const Candidate& plan, const Fabric& fabric,
+                    const std::vector<int32_t>& nodeOfHost, SimParams params, const SimMode& mode, SimResult* out,
+                    int32_t topLinks = 10);
+
 // One collective as the library would run it: the planner's choice (or `algo`, in COLL_ALGO's
 // spelling), built by the registry, simulated on the fabric.
 struct CollectiveSim {
@@ -82,5 +102,10 @@ struct CollectiveSimResult {
   double predictedSeconds = 0;  // the planner's model for it
 };
 Status simulateCollective(const CollectiveSim& in, CollectiveSimResult* out);
+// The planner's inputs for a communicator of in's shape (`topo`: one of its ranks): the fabric's
+// per-rank links, the pure model (no implementation factors measured elsewhere), in.algo as COLL_ALGO.
+void plannerInputsFor(const CollectiveSim& in, const Topology* topo, PlannerInputs* pin);
+// The call in describes (sum, out of place, root 0).
+CollArgs callArgsFor(const CollectiveSim& in);
 
 }  // namespace coll::sim

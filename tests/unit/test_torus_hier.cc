@@ -14,6 +14,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/phases.h"
 #include "src/exec/inprocess.h"
+#include "src/plan/planner.h"
 #include "tests/unit/schedule_test_data.h"
 
 namespace coll {
@@ -604,6 +605,102 @@ TEST(HierCollectives, TinyRingsAndStructure) {
     EXPECT_STREQ(bcS.algorithm, "hier");
   }
   EXPECT_EQ(bcastInter, count * (hosts - 1));
+}
+
+// ---- hosts in another order (COLL_TOPO_FABRIC's fabric order)
+
+// Builds on the topology with the hosts in `order` (position h holds host order[h]) and renames
+// the schedule's ranks back to the real ones, as the communicator does for a plan with
+// options.fabricHostOrder.
+Builder inHostOrder(const std::vector<int32_t>& order, const Builder& build) {
+  return [order, build](const Topology& real, const CollArgs& args, Schedule* s) {
+    const int32_t per = real.nranks / real.nhosts;
+    const std::vector<int32_t> rankOf = ranksInHostOrder(order, per);
+    const int32_t me = static_cast<int32_t>(std::find(rankOf.begin(), rankOf.end(), real.rank) - rankOf.begin());
+    build(Topology::uniform(me, real.nranks, per), args, s);
+    s->renameRanks(rankOf);
+  };
+}
+
+TEST(HostOrder, EveryAllReduceAlgorithmInAnyHostOrder) {
+  InProcessOptions o;
+  o.sliceBytes = 256;
+  struct Layout {
+    int32_t hosts, per;
+    std::vector<int32_t> order;
+  };
+  const Layout layouts[] = {
+      {4, 2, {2, 0, 3, 1}}, {3, 3, {2, 1, 0}}, {6, 2, {5, 2, 0, 4, 1, 3}}, {8, 1, {7, 3, 5, 1, 6, 2, 4, 0}}};
+  for (const Layout& l : layouts) {
+    World w(blockLayout(std::vector<int32_t>(static_cast<size_t>(l.hosts), l.per)), o);
+    const int32_t p = l.hosts * l.per;
+    std::vector<std::pair<std::string, Builder>> algos = {
+        {"ring", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s); }},
+        {"ring2", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s, 2); }},
+        {"tree", [](const Topology& t, const CollArgs& a, Schedule* s) { buildDoubleBinaryTreeAllReduce(t, a, s); }},
+        {"recdoubling",
+         [](const Topology& t, const CollArgs& a, Schedule* s) { buildRecursiveDoublingAllReduce(t, a, s); }},
+        {"rabenseifner",
+         [](const Topology& t, const CollArgs& a, Schedule* s) { buildRabenseifnerAllReduce(t, a, s); }},
+        {"torus", torusBuilder(dimsOf(Topology::uniform(0, p, l.per)))},
+    };
+    if (l.per > 1) {
+      for (AlgoId inter : kInter) {
+        if (inter == AlgoId::Torus && l.hosts < 4) continue;
+        algos.emplace_back(std::string("hier/") + algoName(inter), hierBuilder(interOptions(inter, l.hosts)));
+      }
+    }
+    for (const auto& [name, build] : algos) {
+      for (uint64_t count : {1, 7, 1000}) {
+        w.run(name.c_str(), CollKind::AllReduce, inHostOrder(l.order, build), count, collInt32, collSum, 0, count == 7);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+      w.run(name.c_str(), CollKind::AllReduce, inHostOrder(l.order, build), 333, collFloat32, collMax, 0, false);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(HostOrder, RenamingMovesEveryRankTheScheduleNames) {
+  // A hierarchical All-Reduce on 4 hosts of 2 names windows, local peers and remote peers.
+  const std::vector<int32_t> order = {3, 1, 0, 2};
+  const std::vector<int32_t> rankOf = ranksInHostOrder(order, 2);
+  EXPECT_EQ(rankOf, (std::vector<int32_t>{6, 7, 2, 3, 0, 1, 4, 5}));
+  for (int32_t v = 0; v < 8; ++v) {
+    CollArgs args;
+    args.kind = CollKind::AllReduce;
+    args.count = 4096;
+    args.dtype = collFloat32;
+    args.op = collSum;
+    static float buf[2];
+    args.sendbuff = &buf[0];
+    args.recvbuff = &buf[1];
+    Schedule built, renamed;
+    const Topology vt = Topology::uniform(v, 8, 2);
+    buildHierarchicalAllReduce(vt, args, interOptions(AlgoId::Ring, 4), &built);
+    buildHierarchicalAllReduce(vt, args, interOptions(AlgoId::Ring, 4), &renamed);
+    renamed.renameRanks(rankOf);
+    ASSERT_EQ(built.steps.size(), renamed.steps.size());
+    for (size_t i = 0; i < built.steps.size(); ++i) {
+      const Step& a = built.steps[i];
+      const Step& b = renamed.steps[i];
+      if (a.kind == StepKind::Send || a.kind == StepKind::Recv || a.kind == StepKind::RecvReduce) {
+        EXPECT_EQ(b.peer, rankOf[a.peer]) << "step " << i;
+        // Virtual v and its peer are on hosts v / 2 and peer / 2; renamed, on the real hosts there.
+        EXPECT_EQ(b.peer / 2, order[a.peer / 2]);
+      }
+      if (a.src.kind == BufKind::Window) EXPECT_EQ(b.src.owner, rankOf[a.src.owner]);
+      if (a.dst.kind == BufKind::Window) EXPECT_EQ(b.dst.owner, rankOf[a.dst.owner]);
+    }
+    for (size_t i = 0; i < built.deps.size(); ++i) {
+      const Dep& a = built.deps[i];
+      if (a.kind == DepKind::PeerStep || a.kind == DepKind::PeerCall) {
+        EXPECT_EQ(renamed.deps[i].peer, rankOf[a.peer]);
+        EXPECT_EQ(renamed.deps[i].peer / 2, rankOf[v] / 2) << "a local peer stays on this rank's host";
+      }
+    }
+    for (size_t i = 0; i < built.peers.size(); ++i) EXPECT_EQ(renamed.peers[i], rankOf[built.peers[i]]);
+  }
 }
 
 TEST(TorusHierSkewed, DependenciesHoldWhenRanksRunAhead) {
