@@ -1,8 +1,12 @@
 // collCommShrink with thread ranks: survivors build a working communicator without the excluded
 // ranks (idle, destroyed or never calling), bad lists are refused, mismatched lists fail on every
-// survivor without hanging; and the shrink messages' decoders against malformed bytes.
+// survivor without hanging; the agreement and the survivors' rendezvous at 1,024 ranks (bootstrap
+// level); and the shrink messages' decoders against malformed bytes.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -13,6 +17,8 @@
 
 #include "collective/collective.h"
 #include "src/comm/shrink.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
 #include "tests/unit/comm_threads.h"
 
 namespace coll {
@@ -281,6 +287,205 @@ TEST(Shrink, UnexcludedDeadRankTimesOut) {
     EXPECT_NE(errors[r].find("add it to excludeRanks"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("rank 3"), std::string::npos) << errors[r];
   }
+}
+
+// ---- shrink at 1,024 ranks ----------------------------------------------------------------------
+// 1,024 full communicators do not fit one process on a 2-core CI machine (about 13 GB, and their
+// progress threads starve the listeners), so this test runs what collCommShrink does between
+// ranks at the layer it lives on, with 1,024 thread ranks: the parent's bootstrap (32 roots, as
+// collCommInitRankScalable), the agreement (agreeShrink, the function collCommShrink calls on the
+// parent's bootstrap), the survivors' rendezvous on the id the leader hands out (Bootstrap::create,
+// as Comm::create's first step), and an all-reduce over the new bootstrap's messages. What it
+// leaves to the small tests above is what a communicator adds on top (transports, plans), which
+// does not change with the rank count.
+
+// Counts one rank's bootstrap messages (those sent, and those received) and passes everything on.
+class CountingBootstrap : public Bootstrap {
+ public:
+  explicit CountingBootstrap(Bootstrap& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int nranks() const override { return inner_.nranks(); }
+  const PeerInfo& peer(int r) const override { return inner_.peer(r); }
+  uint64_t commHash() const override { return inner_.commHash(); }
+  Status send(int p, uint32_t tag, const void* data, size_t size, Deadline d) override {
+    Status st = inner_.send(p, tag, data, size, d);
+    if (st.ok()) ++sent;
+    return st;
+  }
+  Status recv(int p, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize, Deadline d) override {
+    Status st = inner_.recv(p, tag, data, maxSize, d);
+    if (st.ok()) ++received;
+    return st;
+  }
+  Status connectData(int p, uint32_t tag, Socket* out, Deadline d) override {
+    return inner_.connectData(p, tag, out, d);
+  }
+  Status acceptData(int p, uint32_t tag, Socket* out, Deadline d) override { return inner_.acceptData(p, tag, out, d); }
+  void abort() override { inner_.abort(); }
+  int sent = 0, received = 0;
+
+ private:
+  Bootstrap& inner_;
+};
+
+// Sum, count and sum of squares of the parent ranks, reduced up the 8-ary tree of new ranks
+// (children of r: 8r+1 .. 8r+8) and broadcast back down it: 2(n - 1) messages, at most 9 sent
+// per rank, so the exact result proves exactly the survivors took part, each once.
+Status treeAllReduce(Bootstrap& bs, std::array<uint64_t, 3>* values, Deadline d) {
+  constexpr int kFanout = 8;
+  constexpr uint32_t kUp = 0x54520001u, kDown = 0x54520002u;
+  const int me = bs.rank(), n = bs.nranks();
+  std::vector<uint8_t> msg;
+  for (int c = me * kFanout + 1; c <= me * kFanout + kFanout && c < n; ++c) {
+    COLL_TRY(bs.recv(c, kUp, &msg, sizeof(*values), d));
+    if (msg.size() != sizeof(*values)) return makeError(collInternalError, "short message from %d", c);
+    std::array<uint64_t, 3> theirs;
+    memcpy(theirs.data(), msg.data(), sizeof(theirs));
+    for (size_t i = 0; i < theirs.size(); ++i) (*values)[i] += theirs[i];
+  }
+  if (me > 0) {
+    const int parent = (me - 1) / kFanout;
+    COLL_TRY(bs.send(parent, kUp, values->data(), sizeof(*values), d));
+    COLL_TRY(bs.recv(parent, kDown, &msg, sizeof(*values), d));
+    if (msg.size() != sizeof(*values)) return makeError(collInternalError, "short message from %d", parent);
+    memcpy(values->data(), msg.data(), sizeof(*values));
+  }
+  for (int c = me * kFanout + 1; c <= me * kFanout + kFanout && c < n; ++c) {
+    COLL_TRY(bs.send(c, kDown, values->data(), sizeof(*values), d));
+  }
+  return okStatus();
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 1,024 ranks bootstrap with 32 roots; ranks 0 (rank 0: the rank table's tree root, block 0's
+// leader, and the shrink leader had it survived), 512 (block 16's leader) and 1023 die (their
+// bootstraps aborted and destroyed: nothing listens for them any more); the other 1,021 agree on the
+// shrink, join the survivors' rendezvous and all-reduce on it. Every survivor must hold the same
+// rank table, with the new ranks dense and in parent order (each rank's host hash is 10^6 + its
+// parent rank, so the table itself says whom every new rank was), and the exact sums. The messages
+// per rank are counted: the agreement is one request and one answer per survivor, all through the
+// leader (2(n - 1) there, as documented for collCommShrink); the survivors' rendezvous sends at
+// most 1 + COLL_BOOTSTRAP_FANOUT per rank, and its root handles one per rank.
+TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
+  constexpr int kRanks = 1024, kRoots = 32;
+  const std::vector<int> dead{0, 512, 1023};
+  constexpr int64_t kTimeoutMs = 120000;  // generous: sanitizers on 2 shared cores
+  constexpr uint64_t kHashBase = 1000000;
+  Secret secret;
+  ASSERT_TRUE(randomSecret(&secret).ok());
+  SocketAddress loopback;
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &loopback).ok());
+  std::vector<collUniqueId> ids(kRoots);
+  for (auto& id : ids) ASSERT_TRUE(startBootstrapRoot(loopback, &secret, &id).ok());
+
+  // The parent: 1,024 ranks, 32 roots.
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Bootstrap>> parent(kRanks);
+  {
+    std::vector<Status> sts(kRanks);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < kRanks; ++r) {
+      ts.emplace_back([&, r] {
+        sts[r] = Bootstrap::create(ids, r, kRanks, kHashBase + static_cast<uint64_t>(r), 0,
+                                   Deadline::afterMs(kTimeoutMs), &parent[r]);
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(sts[r].ok()) << "rank " << r << ": " << sts[r].message();
+  }
+  const double parentS = secondsSince(t0);
+
+  // The failures: dead ranks' listeners are gone, so nobody can reach them.
+  for (int x : dead) {
+    parent[x]->abort();
+    parent[x].reset();
+  }
+  std::vector<int> survivors;
+  for (int r = 0; r < kRanks; ++r) {
+    if (!std::binary_search(dead.begin(), dead.end(), r)) survivors.push_back(r);
+  }
+  const int n = static_cast<int>(survivors.size());
+  uint64_t sum = 0, sumSq = 0;
+  for (int s : survivors) sum += s, sumSq += uint64_t(s) * uint64_t(s);
+
+  struct Outcome {
+    Status agree, join, reduce;
+    ShrinkAgreement agreed;
+    int sent = 0, received = 0;
+    uint32_t rendezvousSent = 0;
+    std::unique_ptr<Bootstrap> child;
+    std::array<uint64_t, 3> values{};
+  };
+  std::vector<Outcome> out(kRanks);
+  (void)bootstrapRootMessagesMax(true);  // count the survivors' rendezvous only
+  t0 = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> ts;
+    for (int r : survivors) {
+      ts.emplace_back([&, r] {
+        Outcome& o = out[r];
+        CountingBootstrap counted(*parent[r]);
+        o.agree = agreeShrink(counted, 0, kTimeoutMs, dead, &o.agreed);
+        o.sent = counted.sent;
+        o.received = counted.received;
+        if (!o.agree.ok()) return;
+        o.join = Bootstrap::create(o.agreed.id, o.agreed.newRank, o.agreed.newNranks,
+                                   kHashBase + static_cast<uint64_t>(r), Deadline::afterMs(kTimeoutMs), &o.child);
+        if (!o.join.ok()) return;
+        o.rendezvousSent = o.child->rendezvousMessagesSent();
+        o.values = {uint64_t(r), 1, uint64_t(r) * uint64_t(r)};
+        o.reduce = treeAllReduce(*o.child, &o.values, Deadline::afterMs(kTimeoutMs));
+      });
+    }
+    for (auto& t : ts) t.join();
+  }
+  const double shrinkS = secondsSince(t0);
+  const uint32_t rootMessages = bootstrapRootMessagesMax(true);
+
+  const int leader = survivors[0];
+  uint32_t maxRendezvousSent = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = survivors[static_cast<size_t>(i)];
+    const Outcome& o = out[r];
+    ASSERT_TRUE(o.agree.ok()) << "rank " << r << ": " << o.agree.message();
+    ASSERT_TRUE(o.join.ok()) << "rank " << r << ": " << o.join.message();
+    ASSERT_TRUE(o.reduce.ok()) << "rank " << r << ": " << o.reduce.message();
+    // One id, every survivor in parent order.
+    EXPECT_EQ(memcmp(&o.agreed.id, &out[leader].agreed.id, sizeof(collUniqueId)), 0) << "rank " << r;
+    EXPECT_EQ(o.agreed.newNranks, n);
+    EXPECT_EQ(o.agreed.newRank, i) << "rank " << r;
+    ASSERT_EQ(o.child->nranks(), n);
+    EXPECT_EQ(o.child->rank(), i);
+    EXPECT_EQ(o.child->commHash(), out[leader].child->commHash());
+    // The same rank table everywhere, and it names each new rank's parent rank.
+    for (int p = 0; p < n; ++p) {
+      const PeerInfo& mine = o.child->peer(p);
+      const PeerInfo& theirs = out[survivors[static_cast<size_t>(p)]].child->peer(p);
+      ASSERT_TRUE(mine.address == theirs.address) << "rank " << r << ", entry " << p;
+      ASSERT_EQ(mine.hostHash, kHashBase + static_cast<uint64_t>(survivors[static_cast<size_t>(p)]))
+          << "rank " << r << ", entry " << p;
+    }
+    EXPECT_EQ(o.values[0], sum) << "rank " << r;
+    EXPECT_EQ(o.values[1], static_cast<uint64_t>(n)) << "rank " << r;
+    EXPECT_EQ(o.values[2], sumSq) << "rank " << r;
+    // Messages: the agreement's, then the survivors' rendezvous'.
+    EXPECT_EQ(o.sent, r == leader ? n - 1 : 1) << "rank " << r;
+    EXPECT_EQ(o.received, r == leader ? n - 1 : 1) << "rank " << r;
+    EXPECT_LE(o.rendezvousSent, 1u + 8u) << "rank " << r;  // registration + COLL_BOOTSTRAP_FANOUT copies
+    maxRendezvousSent = std::max(maxRendezvousSent, o.rendezvousSent);
+  }
+  EXPECT_LE(rootMessages, static_cast<uint32_t>(n) + 1);  // a registration per rank, one table
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  printf(
+      "%d ranks (%d roots): rendezvous %.2f s; %d survivors: agreement + rendezvous + all-reduce %.2f s; "
+      "messages sent per rank: agreement 1 (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
+      kRanks, kRoots, parentS, n, shrinkS, out[leader].sent, maxRendezvousSent, rootMessages, ru.ru_maxrss / 1024);
+  for (int r : survivors) out[r].child.reset();
+  for (auto& b : parent) b.reset();
 }
 
 TEST(Shrink, RequestDecoderRefusesMalformedBytes) {
