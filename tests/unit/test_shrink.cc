@@ -290,14 +290,143 @@ TEST(Shrink, UnexcludedDeadRankTimesOut) {
 }
 
 // ---- shrink at 1,024 ranks ----------------------------------------------------------------------
-// 1,024 full communicators do not fit one process on a 2-core CI machine (about 13 GB, and their
-// progress threads starve the listeners), so this test runs what collCommShrink does between
-// ranks at the layer it lives on, with 1,024 thread ranks: the parent's bootstrap (32 roots, as
-// collCommInitRankScalable), the agreement (agreeShrink, the function collCommShrink calls on the
-// parent's bootstrap), the survivors' rendezvous on the id the leader hands out (Bootstrap::create,
-// as Comm::create's first step), and an all-reduce over the new bootstrap's messages. What it
-// leaves to the small tests above is what a communicator adds on top (transports, plans), which
-// does not change with the rank count.
+// Two tests. The first runs the public API: 1,024 communicators (threads of this process), three
+// ranks die, the survivors call collCommShrink and run collectives on the result. Defaults do not
+// fit one 2-core machine at that size (about 13 GB, and waiting progress threads spinning), so it
+// sets existing knobs that change how much each communicator holds and how it waits, not what
+// shrink does (ThousandRanksApiKnobs, below). The second runs the same agreement at the layer it
+// lives on (agreeShrink, which collCommShrink calls on the parent's bootstrap) without
+// communicators, where it can look at what the API hides: every survivor's rank table, and the
+// messages each rank sends.
+
+// The knobs of the API test, each for a reason of scale on one host, none of them shrink's:
+// - COLL_TRANSPORT=tcp: the ranks of one host otherwise share memory, and every rank's segment
+//   holds a FIFO per local peer, reserved at creation (posix_fallocate): (N - 1) x 2 MiB per rank,
+//   N^2 in all, about 2 TiB at 1,024 ranks. Tcp connections are made per peer on first use.
+// - COLL_TCP_STAGING_BYTES=64K, COLL_NSOCKS_PERPEER=1: small rings for 4-byte payloads.
+// - COLL_SPIN_COUNT=0, COLL_YIELD_COUNT=0: a waiting rank sleeps at once (2,000 threads polling
+//   starve the listeners that must answer them).
+// - COLL_LAZY_SETUP=1, COLL_STREAM_LANES=1, COLL_SCRATCH_PREFAULT_BYTES=0: no second lane (a whole
+//   internal communicator per rank), no scratch touched ahead.
+// - COLL_LINK_PROBE=0 (no ping-pong at creation), COLL_HEARTBEAT_MS=0 (1,024 connections a second),
+//   COLL_BIND_THREADS=0.
+struct ThousandRanksApiKnobs {
+  testutil::ScopedEnv knobs[11] = {{"COLL_TRANSPORT", "tcp"},    {"COLL_TCP_STAGING_BYTES", "64K"},
+                                   {"COLL_NSOCKS_PERPEER", "1"}, {"COLL_SPIN_COUNT", "0"},
+                                   {"COLL_YIELD_COUNT", "0"},    {"COLL_LAZY_SETUP", "1"},
+                                   {"COLL_STREAM_LANES", "1"},   {"COLL_SCRATCH_PREFAULT_BYTES", "0"},
+                                   {"COLL_LINK_PROBE", "0"},     {"COLL_HEARTBEAT_MS", "0"},
+                                   {"COLL_BIND_THREADS", "0"}};
+};
+
+long threadsNow() {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long n = -1;
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "Threads:", 8) == 0) n = atol(line + 8);
+  }
+  fclose(f);
+  return n;
+}
+
+long peakRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024;
+}
+
+// 1,024 communicators; ranks 0 (the leader a shrink would have, and the root of every tree), 512
+// and 1023 die (abort) once all are made; the other 1,021 shrink with them excluded, then
+// gather their parent ranks (the new ranks must be exactly the survivors, dense, in parent order)
+// and all-reduce them (the exact sum) on the new communicator.
+TEST(Shrink, ThousandRanksThroughTheApi) {
+  constexpr int kRanks = 1024;
+  const std::vector<int> dead{0, 512, 1023};
+  ThousandRanksApiKnobs knobs;
+  std::vector<int> survivors;
+  for (int r = 0; r < kRanks; ++r) {
+    if (!std::binary_search(dead.begin(), dead.end(), r)) survivors.push_back(r);
+  }
+  const int n = static_cast<int>(survivors.size());
+  int64_t sum = 0;
+  for (int s : survivors) sum += s;
+
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
+  std::atomic<int> made{0}, gone{0}, shrunk{0};
+  std::atomic<long> threadsAtInit{0};
+  std::atomic<double> initS{0}, shrinkS{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto await = [](const std::atomic<int>& counter, int target) {
+    while (counter.load() < target) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      collConfig_t cfg = timeoutConfig(120000);  // generous: sanitizers on 2 shared cores
+      collComm_t comm = nullptr;
+      const collResult_t res = collCommInitRankConfig(&comm, kRanks, id, r, &cfg);
+      const bool isDead = std::binary_search(dead.begin(), dead.end(), r);
+      // Every counter is counted on every path, so a rank that fails fails the test, not hangs it.
+      if (made.fetch_add(1) + 1 == kRanks) threadsAtInit = threadsNow(), initS = since();
+      EXPECT_EQ(res, collSuccess) << "rank " << r << ": " << collGetLastError(nullptr);
+      await(made, kRanks);
+      if (isDead) {
+        if (res == collSuccess) {
+          EXPECT_EQ(collCommAbort(comm), collSuccess);
+        }
+        ++gone;
+        return;
+      }
+      await(gone, static_cast<int>(dead.size()));
+      collComm_t child = nullptr;
+      const collResult_t sr = res == collSuccess
+                                  ? collCommShrink(comm, dead.data(), static_cast<int>(dead.size()), &child, nullptr)
+                                  : collInvalidUsage;
+      EXPECT_EQ(sr, collSuccess) << "rank " << r << ": " << (res == collSuccess ? collGetLastError(comm) : "");
+      if (sr == collSuccess) {
+        int newRank = -1, newN = -1;
+        EXPECT_EQ(collCommUserRank(child, &newRank), collSuccess);
+        EXPECT_EQ(collCommCount(child, &newN), collSuccess);
+        EXPECT_EQ(newN, n) << "rank " << r;
+        if (newRank >= 0 && newRank < n) {
+          EXPECT_EQ(survivors[static_cast<size_t>(newRank)], r);
+        }
+        // An all-gather of the parent ranks, as an All-Reduce (each rank fills its own slot): the
+        // planner keeps it to a few peers per rank (an all-gather algorithm with one connection per
+        // peer and step, Bruck's, needs 20 sockets per rank, beyond this process' 20,000 files).
+        std::vector<int64_t> slots(static_cast<size_t>(n), 0), all(static_cast<size_t>(n), -1);
+        if (newRank >= 0 && newRank < n) slots[static_cast<size_t>(newRank)] = r;
+        EXPECT_EQ(collAllReduce(slots.data(), all.data(), slots.size(), collInt64, collSum, child, nullptr),
+                  collSuccess)
+            << "rank " << r << ": " << collGetLastError(child);
+        EXPECT_EQ(all, std::vector<int64_t>(survivors.begin(), survivors.end())) << "rank " << r;
+        const int64_t v = r;
+        int64_t got = -1;
+        EXPECT_EQ(collAllReduce(&v, &got, 1, collInt64, collSum, child, nullptr), collSuccess)
+            << "rank " << r << ": " << collGetLastError(child);
+        EXPECT_EQ(got, sum) << "rank " << r;
+      }
+      if (shrunk.fetch_add(1) + 1 == n) shrinkS = since();
+      await(shrunk, n);  // nobody leaves while others may still need it
+      if (child != nullptr) {
+        EXPECT_EQ(collCommDestroy(child), collSuccess) << "rank " << r;
+      }
+      // Its dead ranks cannot say goodbye: abort never waits for them.
+      if (res == collSuccess) {
+        EXPECT_EQ(collCommAbort(comm), collSuccess) << "rank " << r;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  printf(
+      "%d communicators made in %.2f s (%ld threads); %d survivors shrunk, gathered and all-reduced by "
+      "%.2f s; all gone at %.2f s; peak RSS %ld MiB\n",
+      kRanks, initS.load(), threadsAtInit.load(), n, shrinkS.load(), since(), peakRssMiB());
+}
 
 // Counts one rank's bootstrap messages (those sent, and those received) and passes everything on.
 class CountingBootstrap : public Bootstrap {
@@ -478,12 +607,10 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
     maxRendezvousSent = std::max(maxRendezvousSent, o.rendezvousSent);
   }
   EXPECT_LE(rootMessages, static_cast<uint32_t>(n) + 1);  // a registration per rank, one table
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
   printf(
       "%d ranks (%d roots): rendezvous %.2f s; %d survivors: agreement + rendezvous + all-reduce %.2f s; "
       "messages sent per rank: agreement 1 (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
-      kRanks, kRoots, parentS, n, shrinkS, out[leader].sent, maxRendezvousSent, rootMessages, ru.ru_maxrss / 1024);
+      kRanks, kRoots, parentS, n, shrinkS, out[leader].sent, maxRendezvousSent, rootMessages, peakRssMiB());
   for (int r : survivors) out[r].child.reset();
   for (auto& b : parent) b.reset();
 }
