@@ -338,9 +338,9 @@ long peakRssMiB() {
 }
 
 // 1,024 communicators; ranks 0 (the leader a shrink would have, and the root of every tree), 512
-// and 1023 die (abort) once all are made; the other 1,021 shrink with them excluded, then
-// gather their parent ranks (the new ranks must be exactly the survivors, dense, in parent order)
-// and all-reduce them (the exact sum) on the new communicator.
+// and 1023 die (abort) once all are made; the other 1,021 shrink with them excluded, check their
+// new rank and size, and all-reduce on the new communicator (exact sums that depend on who took
+// part and at which new rank).
 TEST(Shrink, ThousandRanksThroughTheApi) {
   constexpr int kRanks = 1024;
   const std::vector<int> dead{0, 512, 1023};
@@ -350,14 +350,17 @@ TEST(Shrink, ThousandRanksThroughTheApi) {
     if (!std::binary_search(dead.begin(), dead.end(), r)) survivors.push_back(r);
   }
   const int n = static_cast<int>(survivors.size());
-  int64_t sum = 0;
-  for (int s : survivors) sum += s;
+  int64_t sum = 0, weighted = 0;
+  for (int k = 0; k < n; ++k) {
+    sum += survivors[static_cast<size_t>(k)];
+    weighted += static_cast<int64_t>(survivors[static_cast<size_t>(k)]) * (k + 1);
+  }
 
   collUniqueId id;
   ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
-  std::atomic<int> made{0}, gone{0}, shrunk{0};
+  std::atomic<int> made{0}, gone{0}, joined{0}, shrunk{0};
   std::atomic<long> threadsAtInit{0};
-  std::atomic<double> initS{0}, shrinkS{0};
+  std::atomic<double> initS{0}, joinedS{0}, shrinkS{0};
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto await = [](const std::atomic<int>& counter, int target) {
@@ -387,6 +390,7 @@ TEST(Shrink, ThousandRanksThroughTheApi) {
                                   ? collCommShrink(comm, dead.data(), static_cast<int>(dead.size()), &child, nullptr)
                                   : collInvalidUsage;
       EXPECT_EQ(sr, collSuccess) << "rank " << r << ": " << (res == collSuccess ? collGetLastError(comm) : "");
+      if (joined.fetch_add(1) + 1 == n) joinedS = since();
       if (sr == collSuccess) {
         int newRank = -1, newN = -1;
         EXPECT_EQ(collCommUserRank(child, &newRank), collSuccess);
@@ -395,20 +399,18 @@ TEST(Shrink, ThousandRanksThroughTheApi) {
         if (newRank >= 0 && newRank < n) {
           EXPECT_EQ(survivors[static_cast<size_t>(newRank)], r);
         }
-        // An all-gather of the parent ranks, as an All-Reduce (each rank fills its own slot): the
-        // planner keeps it to a few peers per rank (an all-gather algorithm with one connection per
-        // peer and step, Bruck's, needs 20 sockets per rank, beyond this process' 20,000 files).
-        std::vector<int64_t> slots(static_cast<size_t>(n), 0), all(static_cast<size_t>(n), -1);
-        if (newRank >= 0 && newRank < n) slots[static_cast<size_t>(newRank)] = r;
-        EXPECT_EQ(collAllReduce(slots.data(), all.data(), slots.size(), collInt64, collSum, child, nullptr),
-                  collSuccess)
+        // Every rank adds its parent rank, and its parent rank times its new rank + 1: the sums
+        // prove that exactly the survivors took part, each once, and in parent order (any other
+        // assignment of new ranks 0..n-1 gives a smaller second sum: the rearrangement
+        // inequality). Each rank's own place is checked above; the rank tables themselves in the
+        // bootstrap-level test below. (Checks that name every entry cost more at this size, on 2
+        // cores: 11 s as an All-Reduce of a slot per rank, 29 s as a ring of sends.)
+        const int64_t mine[2] = {r, static_cast<int64_t>(r) * (newRank + 1)};
+        int64_t got[2] = {-1, -1};
+        EXPECT_EQ(collAllReduce(mine, got, 2, collInt64, collSum, child, nullptr), collSuccess)
             << "rank " << r << ": " << collGetLastError(child);
-        EXPECT_EQ(all, std::vector<int64_t>(survivors.begin(), survivors.end())) << "rank " << r;
-        const int64_t v = r;
-        int64_t got = -1;
-        EXPECT_EQ(collAllReduce(&v, &got, 1, collInt64, collSum, child, nullptr), collSuccess)
-            << "rank " << r << ": " << collGetLastError(child);
-        EXPECT_EQ(got, sum) << "rank " << r;
+        EXPECT_EQ(got[0], sum) << "rank " << r;
+        EXPECT_EQ(got[1], weighted) << "rank " << r;
       }
       if (shrunk.fetch_add(1) + 1 == n) shrinkS = since();
       await(shrunk, n);  // nobody leaves while others may still need it
@@ -423,9 +425,9 @@ TEST(Shrink, ThousandRanksThroughTheApi) {
   }
   for (auto& t : threads) t.join();
   printf(
-      "%d communicators made in %.2f s (%ld threads); %d survivors shrunk, gathered and all-reduced by "
+      "%d communicators made in %.2f s (%ld threads); %d survivors shrunk by %.2f s, all-reduced by "
       "%.2f s; all gone at %.2f s; peak RSS %ld MiB\n",
-      kRanks, initS.load(), threadsAtInit.load(), n, shrinkS.load(), since(), peakRssMiB());
+      kRanks, initS.load(), threadsAtInit.load(), n, joinedS.load(), shrinkS.load(), since(), peakRssMiB());
 }
 
 // Counts one rank's bootstrap messages (those sent, and those received) and passes everything on.
