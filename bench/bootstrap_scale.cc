@@ -5,6 +5,9 @@
 // notices, the notice tree the library uses (COLL_NOTICE_FANOUT 32) walked at N up to 102,400:
 // hops and the most messages one rank sends for one notice.
 // usage: bootstrap_scale [REPS=3] [N...=256 1024 4096]
+// A rank gives up after 120 s; the roots, after COLL_TIMEOUT (set to 110 s here unless set), so a
+// root that is still missing registrations says which before the ranks' errors are printed (each
+// kind of error once, with how many ranks had it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,6 +25,38 @@
 #include "src/oob/failure.h"
 
 namespace {
+
+constexpr int64_t kRankDeadlineMs = 120000;
+
+// The failed ranks' errors, one line per kind (the message with its numbers as '#'), most common
+// first: a timeout shows whether every rank waited for the table or a few never registered.
+void reportFailures(const std::vector<coll::Status>& sts, double seconds) {
+  std::map<std::string, std::pair<int, int>> kinds;  // shape -> (count, first rank)
+  int failed = 0;
+  for (size_t r = 0; r < sts.size(); ++r) {
+    if (sts[r].ok()) continue;
+    ++failed;
+    std::string shape;
+    for (char c : sts[r].message()) {
+      if (c >= '0' && c <= '9') {
+        if (shape.empty() || shape.back() != '#') shape += '#';
+      } else {
+        shape += c;
+      }
+    }
+    auto [it, fresh] = kinds.try_emplace(shape, 0, static_cast<int>(r));
+    ++it->second.first;
+  }
+  std::vector<std::pair<int, int>> order;  // (count, first rank)
+  for (auto& [shape, v] : kinds) order.push_back(v);
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  fprintf(stderr, "%d of %zu ranks failed after %.1f s, %zu kinds of error:\n", failed, sts.size(), seconds,
+          order.size());
+  for (size_t i = 0; i < order.size() && i < 8; ++i) {
+    fprintf(stderr, "  %d ranks, e.g. rank %d: %s\n", order[i].first, order[i].second,
+            sts[static_cast<size_t>(order[i].second)].message().c_str());
+  }
+}
 
 struct Run {
   double seconds = 0;
@@ -45,13 +81,14 @@ bool rendezvous(int n, int roots, Run* out) {
     std::vector<std::thread> ts;
     ts.reserve(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
-      ts.emplace_back([&, r] { sts[r] = Bootstrap::create(ids, r, n, 1, 0, Deadline::afterMs(120000), &bs[r]); });
+      ts.emplace_back(
+          [&, r] { sts[r] = Bootstrap::create(ids, r, n, 1, 0, Deadline::afterMs(kRankDeadlineMs), &bs[r]); });
     }
     for (auto& t : ts) t.join();
   }
   out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; ++r) {
-    if (!sts[r].ok()) return fprintf(stderr, "rank %d: %s\n", r, sts[r].message().c_str()), false;
+    if (!sts[r].ok()) return reportFailures(sts, out->seconds), false;
     out->rankMessages = std::max(out->rankMessages, bs[r]->rendezvousMessagesSent());
   }
   // A root counts its last message after the ranks it served can finish: give it a moment.
@@ -63,6 +100,7 @@ bool rendezvous(int n, int roots, Run* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  setenv("COLL_TIMEOUT", "110", 0);  // the roots' lifetime: shorter than kRankDeadlineMs
   const int reps = argc > 1 ? atoi(argv[1]) : 3;
   std::vector<int> sizes;
   for (int i = 2; i < argc; ++i) sizes.push_back(atoi(argv[i]));

@@ -70,13 +70,11 @@ constexpr int64_t kAnswerTimeouts = 4;
 // Error answers are best effort: a survivor that went away meanwhile must not hold up the others.
 constexpr int64_t kErrorAnswerMs = 2000;
 
-Status lead(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const std::vector<int>& survivors,
-            const CommConfig& config, std::unique_ptr<Comm>* out) {
-  Bootstrap& bs = parent.bootstrap();
-  const int me = parent.rank(), n = parent.nranks();
+Status lead(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
+            const std::vector<int>& survivors, ShrinkAgreement* out) {
+  const int me = bs.rank(), n = bs.nranks();
   const uint32_t tag = shrinkTag(seq);
   const uint64_t digest = shrinkDigest(n, excluded);
-  const int64_t timeoutMs = parent.timeoutMs();
   const int64_t gatherMs = kGatherTimeouts * timeoutMs;
   Deadline gather = Deadline::afterMs(gatherMs);
   Status problem;
@@ -160,15 +158,16 @@ Status lead(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const 
                                  " the survivors' rendezvous: " + st.message());
   }
   if (!problem.ok()) return Status(problem.code(), "collCommShrink: " + reply.message);
-  return joinNew(reply.id, static_cast<int>(survivors.size()), 0, config, out);
+  out->id = reply.id;
+  out->newNranks = static_cast<int>(survivors.size());
+  out->newRank = 0;
+  return okStatus();
 }
 
-Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, const std::vector<int>& survivors,
-              const CommConfig& config, std::unique_ptr<Comm>* out) {
-  Bootstrap& bs = parent.bootstrap();
-  const int me = parent.rank(), n = parent.nranks(), leader = survivors[0];
+Status follow(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
+              const std::vector<int>& survivors, ShrinkAgreement* out) {
+  const int me = bs.rank(), n = bs.nranks(), leader = survivors[0];
   const uint32_t tag = shrinkTag(seq);
-  const int64_t timeoutMs = parent.timeoutMs();
   ShrinkRequest req;
   req.seq = seq;
   req.parentNranks = static_cast<uint32_t>(n);
@@ -208,8 +207,10 @@ Status follow(Comm& parent, uint32_t seq, const std::vector<int>& excluded, cons
                      "collCommShrink: the leader, rank %d, counts %u survivors where this rank counts %zu", leader,
                      reply.newNranks, survivors.size());
   }
-  const int newRank = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
-  return joinNew(reply.id, static_cast<int>(survivors.size()), newRank, config, out);
+  out->id = reply.id;
+  out->newNranks = static_cast<int>(survivors.size());
+  out->newRank = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
+  return okStatus();
 }
 
 }  // namespace
@@ -248,13 +249,9 @@ Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int exclu
   return okStatus();
 }
 
-Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
-                  std::unique_ptr<Comm>* out) {
-  const int n = parent.nranks(), me = parent.rank();
-  std::vector<int> excluded;
-  COLL_TRY(checkExcludeList(n, me, excludeRanks, excludeCount, &excluded));
-  // No check of the parent's health: a failed or revoked communicator is what shrink is for, and
-  // its bootstrap (the only part used here) outlives both.
+Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
+                   ShrinkAgreement* out) {
+  const int n = bs.nranks(), me = bs.rank();
   std::vector<int> survivors;
   survivors.reserve(static_cast<size_t>(n) - excluded.size());
   for (int r = 0, x = 0; r < n; ++r) {
@@ -264,13 +261,24 @@ Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const
     }
     survivors.push_back(r);
   }
-  const uint32_t seq = parent.nextShrinkSeq();
   COLL_INFO(me, "collCommShrink #%u: %zu of %d ranks remain (excluded %s); leader rank %d", seq + 1, survivors.size(),
             n, rankSet(excluded).c_str(), survivors[0]);
-  Status st = survivors[0] == me ? lead(parent, seq, excluded, survivors, config, out)
-                                 : follow(parent, seq, excluded, survivors, config, out);
-  if (st.ok()) COLL_INFO(me, "collCommShrink #%u: now rank %d of %zu", seq + 1, (*out)->rank(), survivors.size());
-  return st;
+  return survivors[0] == me ? lead(bs, seq, timeoutMs, excluded, survivors, out)
+                            : follow(bs, seq, timeoutMs, excluded, survivors, out);
+}
+
+Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
+                  std::unique_ptr<Comm>* out) {
+  std::vector<int> excluded;
+  COLL_TRY(checkExcludeList(parent.nranks(), parent.rank(), excludeRanks, excludeCount, &excluded));
+  // No check of the parent's health: a failed or revoked communicator is what shrink is for, and
+  // its bootstrap (the only part used here) outlives both.
+  const uint32_t seq = parent.nextShrinkSeq();
+  ShrinkAgreement agreed;
+  COLL_TRY(agreeShrink(parent.bootstrap(), seq, parent.timeoutMs(), excluded, &agreed));
+  COLL_TRY(joinNew(agreed.id, agreed.newNranks, agreed.newRank, config, out));
+  COLL_INFO(parent.rank(), "collCommShrink #%u: now rank %d of %d", seq + 1, (*out)->rank(), agreed.newNranks);
+  return okStatus();
 }
 
 uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded) {

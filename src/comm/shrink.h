@@ -13,6 +13,8 @@
 
 namespace coll {
 
+class Bootstrap;
+
 // Bootstrap tags of shrink messages: "SR" plus the parent's shrink number (low 16 bits), so a job
 // can shrink one parent repeatedly and a late message of an earlier attempt is never mistaken.
 constexpr uint32_t kShrinkTagBase = 0x53520000u;
@@ -32,6 +34,20 @@ Status checkExcludeList(int nranks, int rank, const int* excludeRanks, int exclu
 // `config`. Every survivor calls it with the same list; the excluded ranks take no part.
 Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
                   std::unique_ptr<Comm>* out);
+
+// The agreement alone, over any bootstrap (collCommShrink runs it on the parent's): every survivor
+// calls it with the same sorted, checked `excluded` (checkExcludeList) and the same `seq`; the
+// excluded ranks take no part. The leader (the lowest survivor) starts the survivors' rendezvous on
+// its bootstrap address; on success `out` holds its id, the survivors' count and this rank's place
+// among them (its rank in parent order), which is all the new communicator's ranks need to join it.
+// The unit test of 1,024 thread ranks runs it without communicators (tests/unit/test_shrink.cc).
+struct ShrinkAgreement {
+  collUniqueId id{};
+  int newNranks = 0;
+  int newRank = -1;
+};
+Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
+                   ShrinkAgreement* out);
 
 // Wire formats (little-endian), exposed for the unit and fuzz tests. A survivor sends the leader a
 // request; the leader answers every survivor with a reply: the new unique id, or why not.

@@ -1,8 +1,13 @@
 // collCommShrink with thread ranks: survivors build a working communicator without the excluded
 // ranks (idle, destroyed or never calling), bad lists are refused, mismatched lists fail on every
-// survivor without hanging; and the shrink messages' decoders against malformed bytes.
+// survivor without hanging; the agreement and the survivors' rendezvous at 1,024 ranks (bootstrap
+// level); and the shrink messages' decoders against malformed bytes.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -13,6 +18,8 @@
 
 #include "collective/collective.h"
 #include "src/comm/shrink.h"
+#include "src/oob/auth.h"
+#include "src/oob/bootstrap.h"
 #include "tests/unit/comm_threads.h"
 
 namespace coll {
@@ -281,6 +288,383 @@ TEST(Shrink, UnexcludedDeadRankTimesOut) {
     EXPECT_NE(errors[r].find("add it to excludeRanks"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("rank 3"), std::string::npos) << errors[r];
   }
+}
+
+// ---- shrink at 1,024 ranks ----------------------------------------------------------------------
+// Two tests. The first runs the public API: 1,024 communicators (threads of this process), three
+// ranks die, the survivors call collCommShrink and run collectives on the result. Defaults do not
+// fit one 2-core machine at that size (about 13 GB, and waiting progress threads spinning), so it
+// sets existing knobs that change how much each communicator holds and how it waits, not what
+// shrink does (ThousandRanksApiKnobs, below). The second runs the same agreement at the layer it
+// lives on (agreeShrink, which collCommShrink calls on the parent's bootstrap) without
+// communicators, where it can look at what the API hides: every survivor's rank table, and the
+// messages each rank sends.
+
+// The knobs of the API test, each for a reason of scale on one host, none of them shrink's:
+// - COLL_TRANSPORT=tcp: the ranks of one host otherwise share memory, and every rank's segment
+//   holds a FIFO per local peer, reserved at creation (posix_fallocate): (N - 1) x 2 MiB per rank,
+//   N^2 in all, about 2 TiB at 1,024 ranks. Tcp connections are made per peer on first use.
+// - COLL_TCP_STAGING_BYTES=64K, COLL_NSOCKS_PERPEER=1: small rings for 4-byte payloads.
+// - COLL_SPIN_COUNT=0, COLL_YIELD_COUNT=0: a waiting rank sleeps at once (2,000 threads polling
+//   starve the listeners that must answer them).
+// - COLL_LAZY_SETUP=1, COLL_STREAM_LANES=1, COLL_SCRATCH_PREFAULT_BYTES=0: no second lane (a whole
+//   internal communicator per rank), no scratch touched ahead.
+// - COLL_LINK_PROBE=0 (no ping-pong at creation), COLL_HEARTBEAT_MS=0 (1,024 connections a second),
+//   COLL_BIND_THREADS=0.
+struct ThousandRanksApiKnobs {
+  testutil::ScopedEnv knobs[11] = {{"COLL_TRANSPORT", "tcp"},    {"COLL_TCP_STAGING_BYTES", "64K"},
+                                   {"COLL_NSOCKS_PERPEER", "1"}, {"COLL_SPIN_COUNT", "0"},
+                                   {"COLL_YIELD_COUNT", "0"},    {"COLL_LAZY_SETUP", "1"},
+                                   {"COLL_STREAM_LANES", "1"},   {"COLL_SCRATCH_PREFAULT_BYTES", "0"},
+                                   {"COLL_LINK_PROBE", "0"},     {"COLL_HEARTBEAT_MS", "0"},
+                                   {"COLL_BIND_THREADS", "0"}};
+};
+
+long threadsNow() {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long n = -1;
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "Threads:", 8) == 0) n = atol(line + 8);
+  }
+  fclose(f);
+  return n;
+}
+
+// Open files of this process (/proc/self/fd).
+long openFiles() {
+  long n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+    n -= 3;  // ".", ".." and the directory's own descriptor
+  }
+  return n;
+}
+
+// Raises this process' open-file limit to its hard limit; false (and why in *why) when that is
+// still below `needed`.
+bool openFilesAllowed(long needed, std::string* why) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return true;  // unknown: try
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &lim);
+    (void)getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur == RLIM_INFINITY || static_cast<long>(lim.rlim_cur) >= needed) return true;
+  *why = "needs about " + std::to_string(needed) + " open files; this process may have " +
+         std::to_string(static_cast<long>(lim.rlim_cur)) + " (ulimit -Hn)";
+  return false;
+}
+
+long peakRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024;
+}
+
+// Under ASan or TSan the API test makes 256 communicators, not 1,024: at 1,024 it took 113 s and
+// 3.3 GiB under ASan on 2 cores, and TSan ran out of memory at 7.5 GiB. The bootstrap-level test
+// keeps 1,024 ranks in every build.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// 1,024 communicators (256 under a sanitizer); ranks 0 (the leader a shrink would have, and the
+// root of every tree), 512 and 1023 (n / 2 and n - 1) die (abort) once all are made; the other
+// 1,021 shrink with them excluded, check their new rank and size, and all-reduce on the new
+// communicator (exact sums that depend on who took part and at which new rank).
+TEST(Shrink, ThousandRanksThroughTheApi) {
+  constexpr int kRanks = kSanitized ? 256 : 1024;
+  const std::vector<int> dead{0, kRanks / 2, kRanks - 1};
+  std::string why;
+  // 9,532 open at once at 1,024 ranks (two communicators a rank, their connections).
+  if (!openFilesAllowed(12L * kRanks, &why)) GTEST_SKIP() << why;
+  ThousandRanksApiKnobs knobs;
+  std::vector<int> survivors;
+  for (int r = 0; r < kRanks; ++r) {
+    if (!std::binary_search(dead.begin(), dead.end(), r)) survivors.push_back(r);
+  }
+  const int n = static_cast<int>(survivors.size());
+  int64_t sum = 0, weighted = 0;
+  for (int k = 0; k < n; ++k) {
+    sum += survivors[static_cast<size_t>(k)];
+    weighted += static_cast<int64_t>(survivors[static_cast<size_t>(k)]) * (k + 1);
+  }
+
+  collUniqueId id;
+  ASSERT_EQ(collGetUniqueId(&id), collSuccess) << collGetLastError(nullptr);
+  std::atomic<int> made{0}, gone{0}, joined{0}, shrunk{0};
+  std::atomic<long> threadsAtInit{0}, filesAtEnd{0};
+  std::atomic<double> initS{0}, joinedS{0}, shrinkS{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto await = [](const std::atomic<int>& counter, int target) {
+    while (counter.load() < target) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      collConfig_t cfg = timeoutConfig(120000);  // generous: sanitizers on 2 shared cores
+      collComm_t comm = nullptr;
+      const collResult_t res = collCommInitRankConfig(&comm, kRanks, id, r, &cfg);
+      const bool isDead = std::binary_search(dead.begin(), dead.end(), r);
+      // Every counter is counted on every path, so a rank that fails fails the test, not hangs it.
+      if (made.fetch_add(1) + 1 == kRanks) threadsAtInit = threadsNow(), initS = since();
+      EXPECT_EQ(res, collSuccess) << "rank " << r << ": " << collGetLastError(nullptr);
+      await(made, kRanks);
+      if (isDead) {
+        if (res == collSuccess) {
+          EXPECT_EQ(collCommAbort(comm), collSuccess);
+        }
+        ++gone;
+        return;
+      }
+      await(gone, static_cast<int>(dead.size()));
+      collComm_t child = nullptr;
+      const collResult_t sr = res == collSuccess
+                                  ? collCommShrink(comm, dead.data(), static_cast<int>(dead.size()), &child, nullptr)
+                                  : collInvalidUsage;
+      EXPECT_EQ(sr, collSuccess) << "rank " << r << ": " << (res == collSuccess ? collGetLastError(comm) : "");
+      if (joined.fetch_add(1) + 1 == n) joinedS = since();
+      if (sr == collSuccess) {
+        int newRank = -1, newN = -1;
+        EXPECT_EQ(collCommUserRank(child, &newRank), collSuccess);
+        EXPECT_EQ(collCommCount(child, &newN), collSuccess);
+        EXPECT_EQ(newN, n) << "rank " << r;
+        if (newRank >= 0 && newRank < n) {
+          EXPECT_EQ(survivors[static_cast<size_t>(newRank)], r);
+        }
+        // Every rank adds its parent rank, and its parent rank times its new rank + 1: the sums
+        // prove that exactly the survivors took part, each once, and in parent order (any other
+        // assignment of new ranks 0..n-1 gives a smaller second sum: the rearrangement
+        // inequality). Each rank's own place is checked above; the rank tables themselves in the
+        // bootstrap-level test below. (Checks that name every entry cost more at this size, on 2
+        // cores: 11 s as an All-Reduce of a slot per rank, 29 s as a ring of sends.)
+        const int64_t mine[2] = {r, static_cast<int64_t>(r) * (newRank + 1)};
+        int64_t got[2] = {-1, -1};
+        EXPECT_EQ(collAllReduce(mine, got, 2, collInt64, collSum, child, nullptr), collSuccess)
+            << "rank " << r << ": " << collGetLastError(child);
+        EXPECT_EQ(got[0], sum) << "rank " << r;
+        EXPECT_EQ(got[1], weighted) << "rank " << r;
+      }
+      if (shrunk.fetch_add(1) + 1 == n) shrinkS = since(), filesAtEnd = openFiles();
+      await(shrunk, n);  // nobody leaves while others may still need it
+      if (child != nullptr) {
+        EXPECT_EQ(collCommDestroy(child), collSuccess) << "rank " << r;
+      }
+      // Its dead ranks cannot say goodbye: abort never waits for them.
+      if (res == collSuccess) {
+        EXPECT_EQ(collCommAbort(comm), collSuccess) << "rank " << r;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  printf(
+      "%d communicators made in %.2f s (%ld threads); %d survivors shrunk by %.2f s, all-reduced by "
+      "%.2f s (%ld open files); all gone at %.2f s; peak RSS %ld MiB\n",
+      kRanks, initS.load(), threadsAtInit.load(), n, joinedS.load(), shrinkS.load(), filesAtEnd.load(), since(),
+      peakRssMiB());
+}
+
+// Counts one rank's bootstrap messages (those sent, and those received) and passes everything on.
+class CountingBootstrap : public Bootstrap {
+ public:
+  explicit CountingBootstrap(Bootstrap& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int nranks() const override { return inner_.nranks(); }
+  const PeerInfo& peer(int r) const override { return inner_.peer(r); }
+  uint64_t commHash() const override { return inner_.commHash(); }
+  Status send(int p, uint32_t tag, const void* data, size_t size, Deadline d) override {
+    Status st = inner_.send(p, tag, data, size, d);
+    if (st.ok()) ++sent;
+    return st;
+  }
+  Status recv(int p, uint32_t tag, std::vector<uint8_t>* data, size_t maxSize, Deadline d) override {
+    Status st = inner_.recv(p, tag, data, maxSize, d);
+    if (st.ok()) ++received;
+    return st;
+  }
+  Status connectData(int p, uint32_t tag, Socket* out, Deadline d) override {
+    return inner_.connectData(p, tag, out, d);
+  }
+  Status acceptData(int p, uint32_t tag, Socket* out, Deadline d) override { return inner_.acceptData(p, tag, out, d); }
+  void abort() override { inner_.abort(); }
+  int sent = 0, received = 0;
+
+ private:
+  Bootstrap& inner_;
+};
+
+// Sum, count and sum of squares of the parent ranks, reduced up the 8-ary tree of new ranks
+// (children of r: 8r+1 .. 8r+8) and broadcast back down it: 2(n - 1) messages, at most 9 sent
+// per rank, so the exact result proves exactly the survivors took part, each once.
+Status treeAllReduce(Bootstrap& bs, std::array<uint64_t, 3>* values, Deadline d) {
+  constexpr int kFanout = 8;
+  constexpr uint32_t kUp = 0x54520001u, kDown = 0x54520002u;
+  const int me = bs.rank(), n = bs.nranks();
+  std::vector<uint8_t> msg;
+  for (int c = me * kFanout + 1; c <= me * kFanout + kFanout && c < n; ++c) {
+    COLL_TRY(bs.recv(c, kUp, &msg, sizeof(*values), d));
+    if (msg.size() != sizeof(*values)) return makeError(collInternalError, "short message from %d", c);
+    std::array<uint64_t, 3> theirs;
+    memcpy(theirs.data(), msg.data(), sizeof(theirs));
+    for (size_t i = 0; i < theirs.size(); ++i) (*values)[i] += theirs[i];
+  }
+  if (me > 0) {
+    const int parent = (me - 1) / kFanout;
+    COLL_TRY(bs.send(parent, kUp, values->data(), sizeof(*values), d));
+    COLL_TRY(bs.recv(parent, kDown, &msg, sizeof(*values), d));
+    if (msg.size() != sizeof(*values)) return makeError(collInternalError, "short message from %d", parent);
+    memcpy(values->data(), msg.data(), sizeof(*values));
+  }
+  for (int c = me * kFanout + 1; c <= me * kFanout + kFanout && c < n; ++c) {
+    COLL_TRY(bs.send(c, kDown, values->data(), sizeof(*values), d));
+  }
+  return okStatus();
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 1,024 ranks bootstrap with 32 roots; ranks 0 (rank 0: the rank table's tree root, block 0's
+// leader, and the shrink leader had it survived), 512 (block 16's leader) and 1023 die (their
+// bootstraps aborted and destroyed: nothing listens for them any more); the other 1,021 agree on the
+// shrink, join the survivors' rendezvous and all-reduce on it. Every survivor must hold the same
+// rank table, with the new ranks dense and in parent order (each rank's host hash is 10^6 + its
+// parent rank, so the table itself says whom every new rank was), and the exact sums. The messages
+// per rank are counted: the agreement is one request and one answer per survivor, all through the
+// leader (2(n - 1) there, as documented for collCommShrink); the survivors' rendezvous sends at
+// most 1 + COLL_BOOTSTRAP_FANOUT per rank, and its root handles one per rank.
+TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
+  constexpr int kRanks = 1024, kRoots = 32;
+  const std::vector<int> dead{0, 512, 1023};
+  std::string why;
+  // Two bootstraps a rank (listener and eventfd each), and the connections in flight.
+  if (!openFilesAllowed(6L * kRanks, &why)) GTEST_SKIP() << why;
+  constexpr int64_t kTimeoutMs = 120000;  // generous: sanitizers on 2 shared cores
+  constexpr uint64_t kHashBase = 1000000;
+  Secret secret;
+  ASSERT_TRUE(randomSecret(&secret).ok());
+  SocketAddress loopback;
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &loopback).ok());
+  std::vector<collUniqueId> ids(kRoots);
+  for (auto& id : ids) ASSERT_TRUE(startBootstrapRoot(loopback, &secret, &id).ok());
+
+  // The parent: 1,024 ranks, 32 roots.
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Bootstrap>> parent(kRanks);
+  {
+    std::vector<Status> sts(kRanks);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < kRanks; ++r) {
+      ts.emplace_back([&, r] {
+        sts[r] = Bootstrap::create(ids, r, kRanks, kHashBase + static_cast<uint64_t>(r), 0,
+                                   Deadline::afterMs(kTimeoutMs), &parent[r]);
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(sts[r].ok()) << "rank " << r << ": " << sts[r].message();
+  }
+  const double parentS = secondsSince(t0);
+
+  // The failures: dead ranks' listeners are gone, so nobody can reach them.
+  for (int x : dead) {
+    parent[x]->abort();
+    parent[x].reset();
+  }
+  std::vector<int> survivors;
+  for (int r = 0; r < kRanks; ++r) {
+    if (!std::binary_search(dead.begin(), dead.end(), r)) survivors.push_back(r);
+  }
+  const int n = static_cast<int>(survivors.size());
+  uint64_t sum = 0, sumSq = 0;
+  for (int s : survivors) sum += s, sumSq += uint64_t(s) * uint64_t(s);
+
+  struct Outcome {
+    Status agree, join, reduce;
+    ShrinkAgreement agreed;
+    int sent = 0, received = 0;
+    uint32_t rendezvousSent = 0;
+    std::unique_ptr<Bootstrap> child;
+    std::array<uint64_t, 3> values{};
+  };
+  std::vector<Outcome> out(kRanks);
+  (void)bootstrapRootMessagesMax(true);  // count the survivors' rendezvous only
+  t0 = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> ts;
+    for (int r : survivors) {
+      ts.emplace_back([&, r] {
+        Outcome& o = out[r];
+        CountingBootstrap counted(*parent[r]);
+        o.agree = agreeShrink(counted, 0, kTimeoutMs, dead, &o.agreed);
+        o.sent = counted.sent;
+        o.received = counted.received;
+        if (!o.agree.ok()) return;
+        o.join = Bootstrap::create(o.agreed.id, o.agreed.newRank, o.agreed.newNranks,
+                                   kHashBase + static_cast<uint64_t>(r), Deadline::afterMs(kTimeoutMs), &o.child);
+        if (!o.join.ok()) return;
+        o.rendezvousSent = o.child->rendezvousMessagesSent();
+        o.values = {uint64_t(r), 1, uint64_t(r) * uint64_t(r)};
+        o.reduce = treeAllReduce(*o.child, &o.values, Deadline::afterMs(kTimeoutMs));
+      });
+    }
+    for (auto& t : ts) t.join();
+  }
+  const double shrinkS = secondsSince(t0);
+  const uint32_t rootMessages = bootstrapRootMessagesMax(true);
+
+  const int leader = survivors[0];
+  uint32_t maxRendezvousSent = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = survivors[static_cast<size_t>(i)];
+    const Outcome& o = out[r];
+    ASSERT_TRUE(o.agree.ok()) << "rank " << r << ": " << o.agree.message();
+    ASSERT_TRUE(o.join.ok()) << "rank " << r << ": " << o.join.message();
+    ASSERT_TRUE(o.reduce.ok()) << "rank " << r << ": " << o.reduce.message();
+    // One id, every survivor in parent order.
+    EXPECT_EQ(memcmp(&o.agreed.id, &out[leader].agreed.id, sizeof(collUniqueId)), 0) << "rank " << r;
+    EXPECT_EQ(o.agreed.newNranks, n);
+    EXPECT_EQ(o.agreed.newRank, i) << "rank " << r;
+    ASSERT_EQ(o.child->nranks(), n);
+    EXPECT_EQ(o.child->rank(), i);
+    EXPECT_EQ(o.child->commHash(), out[leader].child->commHash());
+    // The same rank table everywhere, and it names each new rank's parent rank.
+    for (int p = 0; p < n; ++p) {
+      const PeerInfo& mine = o.child->peer(p);
+      const PeerInfo& theirs = out[survivors[static_cast<size_t>(p)]].child->peer(p);
+      ASSERT_TRUE(mine.address == theirs.address) << "rank " << r << ", entry " << p;
+      ASSERT_EQ(mine.hostHash, kHashBase + static_cast<uint64_t>(survivors[static_cast<size_t>(p)]))
+          << "rank " << r << ", entry " << p;
+    }
+    EXPECT_EQ(o.values[0], sum) << "rank " << r;
+    EXPECT_EQ(o.values[1], static_cast<uint64_t>(n)) << "rank " << r;
+    EXPECT_EQ(o.values[2], sumSq) << "rank " << r;
+    // Messages: the agreement's, then the survivors' rendezvous'.
+    EXPECT_EQ(o.sent, r == leader ? n - 1 : 1) << "rank " << r;
+    EXPECT_EQ(o.received, r == leader ? n - 1 : 1) << "rank " << r;
+    EXPECT_LE(o.rendezvousSent, 1u + 8u) << "rank " << r;  // registration + COLL_BOOTSTRAP_FANOUT copies
+    maxRendezvousSent = std::max(maxRendezvousSent, o.rendezvousSent);
+  }
+  EXPECT_LE(rootMessages, static_cast<uint32_t>(n) + 1);  // a registration per rank, one table
+  printf(
+      "%d ranks (%d roots): rendezvous %.2f s; %d survivors: agreement + rendezvous + all-reduce %.2f s; "
+      "messages sent per rank: agreement 1 (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
+      kRanks, kRoots, parentS, n, shrinkS, out[leader].sent, maxRendezvousSent, rootMessages, peakRssMiB());
+  for (int r : survivors) out[r].child.reset();
+  for (auto& b : parent) b.reset();
 }
 
 TEST(Shrink, RequestDecoderRefusesMalformedBytes) {
