@@ -7,12 +7,12 @@
 #
 # usage: bench/collsim_fabric_table.sh [SIZES...]   (default: 1M 1G)
 #   COLLSIM (default build/bench/collsim), RANKS (default "1024 10240 102400"), FABRICS (names below),
-#   WORK (rate-solving budget per run, default 3e8), EXACT_STEPS (default 1e6).
+#   WORK (rate-solving budget per run, default 3e7), EXACT_STEPS (default 1e6).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COLLSIM=${COLLSIM:-$ROOT/build/bench/collsim}
 RANKS=${RANKS:-"1024 10240 102400"}
-WORK=${WORK:-3e8}
+WORK=${WORK:-3e7}
 EXACT_STEPS=${EXACT_STEPS:-1e6}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(1M 1G)
@@ -23,14 +23,13 @@ declare -A FABRIC=(
   [nonblocking]="--fabric nonblocking"
   [fattree2]="--fabric fattree2 --leaf-ports 32 --uplinks 16"
   [fattree2-4:1]="--fabric fattree2 --leaf-ports 32 --uplinks 16 --oversub 4"
-  [fattree3]="--fabric fattree3 --leaf-ports 32 --uplinks 16 --pod-leaves 16 --agg-uplinks 16"
   [fattree3-4:1]="--fabric fattree3 --leaf-ports 32 --uplinks 16 --pod-leaves 16 --agg-uplinks 16 --agg-oversub 4"
   [rail]="--fabric rail --leaf-ports 32 --uplinks 16"
   [torus3d]="--fabric torus"
   [dragonfly]="--fabric dragonfly --routers 16 --nodes-per-router 8"
   [fattree2-4:1-random]="--fabric fattree2 --leaf-ports 32 --uplinks 16 --oversub 4 --placement random:1"
 )
-ORDER=${FABRICS:-"nonblocking fattree2 fattree2-4:1 fattree2-4:1-random fattree3 fattree3-4:1 rail torus3d dragonfly"}
+ORDER=${FABRICS:-"nonblocking fattree2 fattree2-4:1 fattree2-4:1-random fattree3-4:1 rail torus3d dragonfly"}
 ALGOS="ring tree recdoubling rabenseifner torus hier"
 
 for size in "${SIZES[@]}"; do
@@ -46,14 +45,14 @@ for size in "${SIZES[@]}"; do
         --work "$WORK" --exact-steps "$EXACT_STEPS" 2>&1) || { echo "| $name | $n | collsim failed: $(tail -1 <<<"$out") |"; continue; }
       awk -v fabric="$name" -v n="$n" -v algos="$ALGOS" '
         /^#/ { next }
-        /model.s choice/ {
+        /^ *[0-9]+ +model.s choice / {
           line = $0; sub(/^ *[0-9]+ +model.s choice /, "", line)
           if (match(line, /: not simulated/)) { mchoice = substr(line, 1, RSTART - 1); mratio = "-" }
           else { split(line, p, ": "); mchoice = p[1]; r = line; sub(/.*us, /, "", r); sub(/ x best.*/, "", r); mratio = r }
           next
         }
-        /fabric tuner.s choice/ { tc = $0; sub(/^ *[0-9]+ +fabric tuner.s choice /, "", tc); sub(/: 1.00 x best/, "", tc); tuner = tc; next }
-        /fabric tuner: no opinion/ { tuner = "model (not all simulated)"; next }
+        /^ *[0-9]+ +fabric tuner.s choice / { tc = $0; sub(/^ *[0-9]+ +fabric tuner.s choice /, "", tc); sub(/: 1.00 x best/, "", tc); tuner = tc; next }
+        /^ *[0-9]+ +fabric tuner: no opinion/ { tuner = "model (not all simulated)"; next }
         {
           label = substr($0, 15, 34); gsub(/ +$/, "", label)
           rest = substr($0, 49); split(rest, f, " ")

@@ -21,7 +21,7 @@ struct FabricDescription {
   // so that every rank reaches the same verdict): exact runs up to exactSteps steps, and any run
   // up to maxWork units of rate solving (a flow's link visited once); past either, no opinion.
   uint64_t exactSteps = 200'000;
-  uint64_t maxWork = 50'000'000;
+  uint64_t maxWork = 10'000'000;
 };
 
 // The keys (values as collsim's options take them): fabric (nonblocking, fattree2, fattree3, rail,

@@ -64,28 +64,25 @@ Status FabricTuner::priceInOrder(const PlannerInputs& in, const CollArgs& args, 
     c->seconds = r.seconds;
     return okStatus();
   }
-  // The split: every algorithm across hosts that can be simulated, the fastest kept.
+  // The split: the model's must be priced (so the candidate is at least the model's choice of
+  // it, simulated); every other algorithm across hosts that can be simulated may beat it.
+  SimResult first;
+  COLL_TRY(simulatePlan(in, args, *c, fabric_, nodeOfHost, params, mode, &first, 0));
+  c->seconds = first.seconds;
   const uint64_t bytes = args.count * dataTypeSize(args.dtype);
-  Status last = okStatus();
-  bool any = false;
   for (AlgoId x : {AlgoId::Ring, AlgoId::Tree, AlgoId::Torus, AlgoId::RecursiveDoubling, AlgoId::Rabenseifner}) {
+    if (x == c->options.interHost) continue;
     Candidate h = predictHierarchicalAllReduce(in, x, bytes);
     if (h.seconds < 0) continue;
     h.options.fabricHostOrder = c->options.fabricHostOrder;
     SimResult r;
-    const Status st = simulatePlan(in, args, h, fabric_, nodeOfHost, params, mode, &r, 0);
-    if (!st.ok()) {
-      last = st;
-      continue;
-    }
-    if (!any || r.seconds < c->seconds) {
+    if (simulatePlan(in, args, h, fabric_, nodeOfHost, params, mode, &r, 0).ok() && r.seconds < c->seconds) {
       c->options = h.options;
       c->sliceBytes = h.sliceBytes;
       c->seconds = r.seconds;
-      any = true;
     }
   }
-  return any ? okStatus() : last;
+  return okStatus();
 }
 
 Status FabricTuner::priceBest(const PlannerInputs& in, const CollArgs& args, Candidate* c) const {

@@ -30,9 +30,9 @@ class FabricTuner final : public PlanTuner {
   // scattered them. Null when that is rank order already (a linear placement).
   const std::vector<int32_t>* hostOrder() const override { return fabricOrder_.empty() ? nullptr : &fabricOrder_; }
 
-  // One candidate's simulated time (hierarchical All-Reduce: its fastest split, set in *c's
-  // options), in the host order its options say; an error when it cannot be simulated within
-  // the budgets.
+  // One candidate's simulated time, in the host order its options say; an error when it cannot
+  // be simulated within the budgets. Hierarchical All-Reduce: the model's split must be priced,
+  // and any other split that can be and is faster replaces it in *c's options.
   Status price(const PlannerInputs& in, const CollArgs& args, Candidate* c) const;
   // price() in rank order and, for an All-Reduce whose hosts have a fabric order, in that order
   // too: *c gets the faster (options.fabricHostOrder says which).
