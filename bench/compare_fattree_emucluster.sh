@@ -11,6 +11,8 @@
 #             not used, since a busy CPU lowers it (302 instead of 378 Mbit/s in one run);
 #   --alpha-inter  the per-message latency that makes collsim's ring at SMALL equal the measured
 #             median ring time at SMALL (collsim's time is linear in it: solved from two runs).
+# The default ALGOS are the All-Reduce algorithms that apply to 8 hosts x 1 rank (direct needs one
+# host, hier more than one rank per host, twoshot is the compressed All-Reduce).
 # LEAVES=1 is the control: one bridge, no uplinks, collsim's non-blocking fabric.
 # One calibration for all algorithms; nothing is fitted per algorithm. Prints a table (algorithm,
 # measured median and fastest round, simulated, simulated / median, the bytes that crossed the
