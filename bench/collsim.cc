@@ -235,45 +235,37 @@ int runCompare(Options& o) {
       fprintf(stderr, "collsim: %s\n", st.message().c_str());
       return 1;
     }
-    struct Priced {
-      std::string name;
-      double model = 0, simulated = -1;
-      std::string why;
-    };
-    std::vector<Priced> rows;
+    std::vector<sim::FabricTuner::Priced> priced;
+    std::string why;
+    const bool opinion = tuner->priceAll(pin, args, choice.candidates, choice.ncandidates, &priced, &why);
     double best = -1;
     int bestRow = -1;
     for (int i = 0; i < choice.ncandidates; ++i) {
-      Candidate c = choice.candidates[i];
-      Priced row;
-      row.model = c.seconds;
-      const Status ps = tuner->priceBest(pin, args, &c);
-      row.name = describeChoice(c.algo, c.options, 0);
-      if (ps.ok()) {
-        row.simulated = c.seconds;
-        if (best < 0 || c.seconds < best) {
-          best = c.seconds;
-          bestRow = static_cast<int>(rows.size());
-        }
-      } else {
-        row.why = ps.message();
+      const sim::FabricTuner::Priced& q = priced[static_cast<size_t>(i)];
+      if (q.status.ok() && (best < 0 || q.candidate.seconds < best)) {
+        best = q.candidate.seconds;
+        bestRow = i;
       }
-      rows.push_back(row);
     }
-    for (const Priced& r : rows) {
-      if (r.simulated >= 0) {
-        printf("%12llu  %-34s %12.2f %12.2f %8.2f\n", static_cast<unsigned long long>(bytes), r.name.c_str(),
-               r.model * 1e6, r.simulated * 1e6, r.simulated / best);
+    for (int i = 0; i < choice.ncandidates; ++i) {
+      const sim::FabricTuner::Priced& q = priced[static_cast<size_t>(i)];
+      const std::string name = describeChoice(q.candidate.algo, q.candidate.options, 0);
+      const double model = choice.candidates[i].seconds * 1e6;
+      if (q.status.ok()) {
+        printf("%12llu  %-34s %12.2f %12.2f %8.2f\n", static_cast<unsigned long long>(bytes), name.c_str(), model,
+               q.candidate.seconds * 1e6, q.candidate.seconds / best);
+      } else if (q.lowerBound) {
+        printf("%12llu  %-34s %12.2f %12s %8s  # stopped by the work budget\n", static_cast<unsigned long long>(bytes),
+               name.c_str(), model, (">" + std::to_string(static_cast<int64_t>(q.candidate.seconds * 1e6))).c_str(),
+               "-");
       } else {
-        printf("%12llu  %-34s %12.2f %12s %8s  # %s\n", static_cast<unsigned long long>(bytes), r.name.c_str(),
-               r.model * 1e6, "-", "-", r.why.c_str());
+        printf("%12llu  %-34s %12.2f %12s %8s  # %s\n", static_cast<unsigned long long>(bytes), name.c_str(), model,
+               "-", "-", q.status.message().c_str());
       }
     }
     // The model's own choice as it would run (its split for hier), simulated.
     sim::CollectiveSimResult mr;
     st = sim::simulateCollective(cs, &mr);
-    const bool allPriced =
-        bestRow >= 0 && std::all_of(rows.begin(), rows.end(), [](const Priced& r) { return r.simulated >= 0; });
     if (st.ok() && best > 0) {
       printf("%12llu  model's choice %s: %.2f us, %.2f x best\n", static_cast<unsigned long long>(bytes),
              mr.algorithm.c_str(), mr.sim.seconds * 1e6, mr.sim.seconds / best);
@@ -281,14 +273,14 @@ int runCompare(Options& o) {
       printf("%12llu  model's choice %s: not simulated (%s)\n", static_cast<unsigned long long>(bytes),
              describeChoice(choice.algo, choice.options, choice.sliceBytes).c_str(), st.message().c_str());
     }
-    if (allPriced) {
+    if (opinion && bestRow >= 0) {
       printf("%12llu  fabric tuner's choice %s: 1.00 x best\n", static_cast<unsigned long long>(bytes),
-             rows[static_cast<size_t>(bestRow)].name.c_str());
+             describeChoice(priced[static_cast<size_t>(bestRow)].candidate.algo,
+                            priced[static_cast<size_t>(bestRow)].candidate.options, 0)
+                 .c_str());
     } else {
-      printf(
-          "%12llu  fabric tuner: no opinion (not every candidate simulated within the budget); the model's "
-          "choice stands\n",
-          static_cast<unsigned long long>(bytes));
+      printf("%12llu  fabric tuner: no opinion (%s); the model's choice stands\n",
+             static_cast<unsigned long long>(bytes), why.c_str());
     }
   }
   return 0;

@@ -20,7 +20,7 @@ struct FabricDescription {
   // How much the fabric tuner may simulate per candidate (deterministic budgets, never wall time,
   // so that every rank reaches the same verdict): exact runs up to exactSteps steps, and any run
   // up to maxWork units of rate solving (a flow's link visited once); past either, no opinion.
-  uint64_t exactSteps = 200'000;
+  uint64_t exactSteps = 1'000'000;
   uint64_t maxWork = 10'000'000;
 };
 

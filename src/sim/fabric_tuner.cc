@@ -2,6 +2,8 @@
 #include "src/sim/fabric_tuner.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "src/base/log.h"
 #include "src/sim/flow_sim.h"
@@ -44,30 +46,35 @@ Status FabricTuner::make(const FabricDescription& net, const Topology& topo, std
   return okStatus();
 }
 
-Status FabricTuner::price(const PlannerInputs& in, const CollArgs& args, Candidate* c) const {
+Status FabricTuner::price(const PlannerInputs& in, const CollArgs& args, Candidate* c, double* stoppedAt) const {
   if (c->options.fabricHostOrder && fabricOrder_.empty()) {
     return makeError(collInvalidUsage, "COLL_TOPO_FABRIC: hosts in fabric order, but the fabric order is rank order");
   }
-  return priceInOrder(in, args, c->options.fabricHostOrder ? nodeOfOrderedHost_ : nodeOfHost_, c);
+  return priceInOrder(in, args, c->options.fabricHostOrder ? nodeOfOrderedHost_ : nodeOfHost_, c, stoppedAt);
 }
 
 // The simulator sees hosts in the schedule's order: the host at position h sits on nodeOfHost[h].
 Status FabricTuner::priceInOrder(const PlannerInputs& in, const CollArgs& args, const std::vector<int32_t>& nodeOfHost,
-                                 Candidate* c) const {
+                                 Candidate* c, double* stoppedAt) const {
   SimParams params;
   params.model = net_.model;
   params.maxWork = net_.maxWork;
   const SimMode mode{true, net_.exactSteps};
+  auto simulate = [&](const Candidate& plan, SimResult* r) {
+    const Status st = simulatePlan(in, args, plan, fabric_, nodeOfHost, params, mode, r, 0);
+    if (!st.ok() && stoppedAt != nullptr) *stoppedAt = r->stoppedAt;
+    return st;
+  };
   if (c->algo != AlgoId::Hierarchical || args.kind != CollKind::AllReduce) {
     SimResult r;
-    COLL_TRY(simulatePlan(in, args, *c, fabric_, nodeOfHost, params, mode, &r, 0));
+    COLL_TRY(simulate(*c, &r));
     c->seconds = r.seconds;
     return okStatus();
   }
   // The split: the model's must be priced (so the candidate is at least the model's choice of
   // it, simulated); every other algorithm across hosts that can be simulated may beat it.
   SimResult first;
-  COLL_TRY(simulatePlan(in, args, *c, fabric_, nodeOfHost, params, mode, &first, 0));
+  COLL_TRY(simulate(*c, &first));
   c->seconds = first.seconds;
   const uint64_t bytes = args.count * dataTypeSize(args.dtype);
   for (AlgoId x : {AlgoId::Ring, AlgoId::Tree, AlgoId::Torus, AlgoId::RecursiveDoubling, AlgoId::Rabenseifner}) {
@@ -85,17 +92,17 @@ Status FabricTuner::priceInOrder(const PlannerInputs& in, const CollArgs& args, 
   return okStatus();
 }
 
-Status FabricTuner::priceBest(const PlannerInputs& in, const CollArgs& args, Candidate* c) const {
+Status FabricTuner::priceBest(const PlannerInputs& in, const CollArgs& args, Candidate* c, double* stoppedAt) const {
   Candidate inRankOrder = *c;
   inRankOrder.options.fabricHostOrder = false;
-  COLL_TRY(price(in, args, &inRankOrder));
+  COLL_TRY(price(in, args, &inRankOrder, stoppedAt));
   // An All-Reduce's result does not depend on which rank holds which part on the way, so its
-  // schedule may run with the hosts in fabric order (the others place blocks by rank).
+  // schedule may run with the hosts in fabric order (the others place blocks by rank). The
+  // reordered run only improves on the priced one: if it cannot be priced, rank order stands.
   if (args.kind == CollKind::AllReduce && !fabricOrder_.empty()) {
     Candidate reordered = *c;
     reordered.options.fabricHostOrder = true;
-    COLL_TRY(price(in, args, &reordered));
-    if (reordered.seconds < inRankOrder.seconds) {
+    if (price(in, args, &reordered).ok() && reordered.seconds < inRankOrder.seconds) {
       *c = reordered;
       return okStatus();
     }
@@ -104,18 +111,55 @@ Status FabricTuner::priceBest(const PlannerInputs& in, const CollArgs& args, Can
   return okStatus();
 }
 
-bool FabricTuner::tune(const PlannerInputs& in, const CollArgs& args, Candidate* candidates, int n) const {
-  for (int i = 0; i < n; ++i) {
-    Candidate c = candidates[i];
-    const Status st = priceBest(in, args, &c);
-    if (!st.ok()) {
-      COLL_INFO(
-          in.topo->rank, "COLL_TOPO_FABRIC: %s of %llu elements planned by the model: %s cannot be simulated (%s)",
-          collKindName(args.kind), static_cast<unsigned long long>(args.count), algoName(c.algo), st.message().c_str());
-      return false;
+bool FabricTuner::priceAll(const PlannerInputs& in, const CollArgs& args, Candidate* candidates, int n,
+                           std::vector<Priced>* out, std::string* why) const {
+  // The model's fastest first, so that a good simulated time is known early: a candidate the
+  // work budget stops after its clock has passed that time is slower, whatever it would take.
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return candidates[a].seconds < candidates[b].seconds; });
+  out->assign(static_cast<size_t>(n), Priced{});
+  double best = -1;
+  bool all = true;
+  for (int i : order) {
+    Priced& p = (*out)[i];
+    p.candidate = candidates[i];
+    double stoppedAt = 0;
+    p.status = priceBest(in, args, &p.candidate, &stoppedAt);
+    if (p.status.ok()) {
+      if (best < 0 || p.candidate.seconds < best) best = p.candidate.seconds;
+    } else if (stoppedAt > 0) {
+      p.candidate.seconds = stoppedAt;
+      p.lowerBound = true;
+    } else {
+      if (all && why != nullptr) *why = std::string(algoName(candidates[i].algo)) + ": " + p.status.message();
+      all = false;
     }
-    candidates[i] = c;
   }
+  for (Priced& p : *out) {
+    if (p.lowerBound && (best < 0 || p.candidate.seconds <= best)) {
+      if (all && why != nullptr) {
+        char buf[200];
+        snprintf(buf, sizeof buf, "%s passed the work budget at %.1f us simulated, short of the best priced (%.1f us)",
+                 algoName(p.candidate.algo), p.candidate.seconds * 1e6, best * 1e6);
+        *why = buf;
+      }
+      all = false;
+    }
+  }
+  return all;
+}
+
+bool FabricTuner::tune(const PlannerInputs& in, const CollArgs& args, Candidate* candidates, int n) const {
+  std::vector<Priced> priced;
+  std::string why;
+  if (!priceAll(in, args, candidates, n, &priced, &why)) {
+    COLL_INFO(in.topo->rank, "COLL_TOPO_FABRIC: %s of %llu elements planned by the model (%s)", collKindName(args.kind),
+              static_cast<unsigned long long>(args.count), why.c_str());
+    return false;
+  }
+  for (int i = 0; i < n; ++i) candidates[i] = priced[static_cast<size_t>(i)].candidate;
   return true;
 }
 

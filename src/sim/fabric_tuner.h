@@ -3,10 +3,13 @@
 // (flow_sim.h); hierarchical All-Reduce is tried with each algorithm across hosts (its split),
 // keeping the fastest; an All-Reduce also with the hosts in fabric order (hostOrder()) where the
 // placement is not linear. Within budgets that are counts, not wall time (FabricDescription), so
-// every rank reaches the same verdict; a candidate past them leaves the call to the model.
+// every rank reaches the same verdict. A candidate the work budget stops once its simulated clock
+// has passed the best priced candidate's time cannot win and is left out; any other candidate
+// past the budgets leaves the call to the model.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/base/status.h"
@@ -26,6 +29,18 @@ class FabricTuner final : public PlanTuner {
 
   bool tune(const PlannerInputs& in, const CollArgs& args, Candidate* candidates, int n) const override;
 
+  // What tune() decides from, per candidate: priced (status ok; hierarchical at its best split,
+  // in its better host order), stopped by the work budget with a lower bound in its seconds, or
+  // not simulated (status says why). True when the tuner has an opinion: every candidate priced
+  // or bounded above the best; else *why says what stopped it.
+  struct Priced {
+    Candidate candidate;
+    Status status;
+    bool lowerBound = false;
+  };
+  bool priceAll(const PlannerInputs& in, const CollArgs& args, Candidate* candidates, int n, std::vector<Priced>* out,
+                std::string* why = nullptr) const;
+
   // Hosts by their fabric node (stably): ring neighbours under one leaf where the placement
   // scattered them. Null when that is rank order already (a linear placement).
   const std::vector<int32_t>* hostOrder() const override { return fabricOrder_.empty() ? nullptr : &fabricOrder_; }
@@ -33,15 +48,17 @@ class FabricTuner final : public PlanTuner {
   // One candidate's simulated time, in the host order its options say; an error when it cannot
   // be simulated within the budgets. Hierarchical All-Reduce: the model's split must be priced,
   // and any other split that can be and is faster replaces it in *c's options.
-  Status price(const PlannerInputs& in, const CollArgs& args, Candidate* c) const;
+  // *stoppedAt (if given): for a run the work budget stopped, the simulated time it had
+  // reached, a lower bound on the candidate's time.
+  Status price(const PlannerInputs& in, const CollArgs& args, Candidate* c, double* stoppedAt = nullptr) const;
   // price() in rank order and, for an All-Reduce whose hosts have a fabric order, in that order
   // too: *c gets the faster (options.fabricHostOrder says which).
-  Status priceBest(const PlannerInputs& in, const CollArgs& args, Candidate* c) const;
+  Status priceBest(const PlannerInputs& in, const CollArgs& args, Candidate* c, double* stoppedAt = nullptr) const;
   const FabricDescription& description() const { return net_; }
 
  private:
   Status priceInOrder(const PlannerInputs& in, const CollArgs& args, const std::vector<int32_t>& nodeOfHost,
-                      Candidate* c) const;
+                      Candidate* c, double* stoppedAt) const;
 
   FabricDescription net_;
   Fabric fabric_;

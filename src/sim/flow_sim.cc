@@ -530,6 +530,7 @@ Status Simulator::run(SimResult* out, int32_t topLinks) {
       solveRates();
       dirty_ = false;
       if (p_.maxWork > 0 && work_ > p_.maxWork) {
+        out->stoppedAt = now_;  // nothing has finished yet: the run takes at least this long
         return makeError(collInvalidUsage, "collsim: past the work budget of %llu units of rate solving at %.6g s",
                          static_cast<unsigned long long>(p_.maxWork), now_);
       }
@@ -740,6 +741,8 @@ Status simulatePlan(const PlannerInputs& pin, const CollArgs& args, const Candid
     SimResult r;
     const Status st = simulateSchedules(build, nranks, fabric, nodeOfHost, params, &r, topLinks);
     if (!st.ok()) {
+      // The call takes at least its first round, and that at least as long as it ran.
+      if (r.stoppedAt > 0) out->stoppedAt = (part == 0 ? 0.0 : out->seconds) + r.stoppedAt;
       if (params.cost.mode == CostMode::Symmetric) {
         return makeError(st.code(),
                          "%s (%s is not simulated by host symmetry; at %d ranks an exact run holds %llu steps)",

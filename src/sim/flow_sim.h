@@ -55,6 +55,9 @@ struct SimResult {
   uint64_t asymmetricTransfers = 0;
   TierLoad tiers[kLinkTiers];
   std::vector<LinkLoad> busiest;  // most loaded links, most first
+  // A run stopped by SimParams::maxWork (it fails): the simulated time it had reached, a lower
+  // bound on its makespan.
+  double stoppedAt = 0;
 };
 
 // Simulates the schedules `build` makes for nranks ranks (fabric.spec().ranksPerNode consecutive

@@ -220,6 +220,69 @@ TEST(FabricTuner, ScatteredHostsRunInFabricOrder) {
   EXPECT_FALSE(g.options.fabricHostOrder);
 }
 
+TEST(FabricTuner, CandidatesStoppedPastTheWinnersTimeAreLeftOut) {
+  // 256 ranks on a 4:1 fat-tree, 1 MiB: the contended recursive doubling and Rabenseifner need
+  // far more rate solving than the others. With growing budgets, some budget stops them only
+  // after their clocks have passed the winner's time: the tuner then has an opinion, the same
+  // choice as with no budget, and shows them with lower bounds.
+  CollectiveSim sim;
+  sim.kind = CollKind::AllReduce;
+  sim.count = (1 << 20) / 4;
+  sim.nranks = 256;
+  sim.fabric.kind = FabricKind::FatTree2;
+  sim.fabric.ranksPerNode = 8;
+  sim.fabric.leafPorts = 32;
+  sim.fabric.leafUplinks = 8;
+  sim.fabric.oversubscription = 4;
+  UniformTopologies topos(sim.nranks, 8);
+  const Topology topo0 = topos.at(0);
+  PlannerInputs pin;
+  plannerInputsFor(sim, &topo0, &pin);
+  const CollArgs args = callArgsFor(sim);
+  PlanChoice model;
+  ASSERT_TRUE(planCollective(pin, args, &model).ok());
+  auto tunerWith = [&](uint64_t work) {
+    FabricDescription d;
+    d.fabric = sim.fabric;
+    d.maxWork = work;
+    std::shared_ptr<const FabricTuner> t;
+    EXPECT_TRUE(FabricTuner::make(d, topo0, &t).ok());
+    return t;
+  };
+  std::vector<FabricTuner::Priced> unbounded;
+  ASSERT_TRUE(tunerWith(~0ull)->priceAll(pin, args, model.candidates, model.ncandidates, &unbounded));
+  auto fastest = [](const std::vector<FabricTuner::Priced>& v) {
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i].status.ok() && (!v[best].status.ok() || v[i].candidate.seconds < v[best].candidate.seconds)) best = i;
+    }
+    return best;
+  };
+  bool seen = false;
+  for (double work = 1e5; work < 1e8 && !seen; work *= 1.5) {
+    std::vector<FabricTuner::Priced> priced;
+    std::string why;
+    const bool opinion =
+        tunerWith(static_cast<uint64_t>(work))->priceAll(pin, args, model.candidates, model.ncandidates, &priced, &why);
+    int bounded = 0;
+    for (const FabricTuner::Priced& p : priced) bounded += p.lowerBound ? 1 : 0;
+    if (!opinion) {
+      EXPECT_FALSE(why.empty());
+      continue;
+    }
+    if (bounded == 0) break;  // every candidate priced: the window was skipped
+    seen = true;
+    const size_t w = fastest(priced);
+    EXPECT_EQ(describeChoice(priced[w].candidate.algo, priced[w].candidate.options, 0),
+              describeChoice(unbounded[fastest(unbounded)].candidate.algo,
+                             unbounded[fastest(unbounded)].candidate.options, 0));
+    for (const FabricTuner::Priced& p : priced) {
+      if (p.lowerBound) EXPECT_GT(p.candidate.seconds, priced[w].candidate.seconds);
+    }
+  }
+  EXPECT_TRUE(seen) << "no budget stopped a candidate past the winner's time";
+}
+
 TEST(FabricTuner, RefusesRanksThatAreNotInHostBlocks) {
   // Two hosts, ranks alternating between them.
   const Topology t = Topology::fromHostHashes(0, {1, 2, 1, 2});
