@@ -2,7 +2,8 @@
 # The planner on each fabric at 1k, 10k and 100k ranks (docs/PERFORMANCE.md, "The planner on a
 # fabric"): for an All-Reduce of each size, every algorithm's simulated time (hierarchical at its
 # fastest split across hosts), the model-only planner's choice ÷ the best, and the choice
-# COLL_TOPO_FABRIC makes (* = with the hosts in fabric order). Cells the simulator cannot price within the budget (schedules that are
+# COLL_TOPO_FABRIC makes (* = with the hosts in fabric order; >T = stopped by the work budget
+# once its simulated clock had passed T, a lower bound). Cells the simulator cannot price within the budget (schedules that are
 # not translation invariant at sizes where an exact run is too large) print "-".
 #
 # usage: bench/collsim_fabric_table.sh [SIZES...]   (default: 1M 1G)
@@ -57,9 +58,9 @@ for size in "${SIZES[@]}"; do
           label = substr($0, 15, 34); gsub(/ +$/, "", label)
           rest = substr($0, 49); split(rest, f, " ")
           base = label; sub(/[( ].*/, "", base)
-          cell = (f[2] == "-") ? "-" : sprintf("%.3f", f[2] / 1000)
-          if (base == "hier" && f[2] != "-") { split_ = label; sub(/^hier\(inter=/, "", split_); sub(/\).*$/, "", split_); cell = cell " (" split_ ")" }
-          if (index(label, "hosts in fabric order") > 0 && f[2] != "-") cell = cell "*"
+          cell = (f[2] == "-") ? "-" : (f[2] ~ /^>/) ? sprintf(">%.3f", substr(f[2], 2) / 1000) : sprintf("%.3f", f[2] / 1000)
+          if (base == "hier" && f[2] != "-" && f[2] !~ /^>/) { split_ = label; sub(/^hier\(inter=/, "", split_); sub(/\).*$/, "", split_); cell = cell " (" split_ ")" }
+          if (index(label, "hosts in fabric order") > 0 && f[2] != "-" && f[2] !~ /^>/) cell = cell "*"
           cells[base] = cell
         }
         END {
