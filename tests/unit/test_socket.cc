@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -185,11 +187,30 @@ TEST(Socket, DeadlinesBoundEveryWait) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
 }
 
+// A loopback port nobody listens on, below the kernel's ephemeral range: a port from bind(0) is
+// ephemeral, so a connect retrying towards it may be given it as its own source port (TCP's
+// simultaneous open connects the socket to itself) or another test's connection may take it,
+// and a listener arriving later cannot bind it.
+SocketAddress unusedPortBelowEphemeral() {
+  int low = 32768;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d", &low) != 1) low = 32768;
+    fclose(f);
+  }
+  const int span = std::max(1000, low - 10000);
+  const int start = 10000 + static_cast<int>(getpid() % span);
+  for (int k = 0; k < span; ++k) {
+    const int port = 10000 + (start - 10000 + k) % span;
+    Socket probe;
+    SocketAddress bound;
+    if (Socket::listen(parsed("127.0.0.1:" + std::to_string(port)), 4, &probe, &bound).ok()) return bound;
+  }
+  ADD_FAILURE() << "no free loopback port below " << low;
+  return parsed("127.0.0.1:1");
+}
+
 TEST(Socket, ConnectRetriesUntilTheListenerAppears) {
-  Socket probe;
-  SocketAddress bound;
-  ASSERT_TRUE(Socket::listen(parsed("127.0.0.1:0"), 4, &probe, &bound).ok());
-  probe.close();
+  const SocketAddress bound = unusedPortBelowEphemeral();
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     Socket l, c;
@@ -205,10 +226,8 @@ TEST(Socket, ConnectRetriesUntilTheListenerAppears) {
 // A connect retrying towards a peer that has gone stops once its cancel flag is set (an abort),
 // long before its deadline.
 TEST(Socket, ConnectRetriesStopWhenCancelled) {
-  Socket probe, none;
-  SocketAddress bound;
-  ASSERT_TRUE(Socket::listen(parsed("127.0.0.1:0"), 4, &probe, &bound).ok());
-  probe.close();
+  Socket none;
+  const SocketAddress bound = unusedPortBelowEphemeral();
   std::atomic<bool> cancelled{false};
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
