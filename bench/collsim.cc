@@ -51,6 +51,7 @@ void usage() {
       "  -b, -e, -f             min bytes, max bytes, step factor as nccl-tests (default 1M 1M 2)\n"
       "  -d, --dtype TYPE       nccl-tests' type names (default float)\n"
       "  --algo NAME            COLL_ALGO's spelling (default: the planner's choice)\n"
+      "  --torus-dims XxY[xZ]   the torus algorithm's grid over ranks, COLL_TORUS_DIMS' spelling\n"
       "  --fabric KIND          nonblocking, fattree2, fattree3, rail, torus, dragonfly (default fattree2)\n"
       "  --nodes N              nodes of the fabric (default: as many as the ranks fill)\n"
       "  --placement P          linear, random[:SEED], file:PATH (a node index per host)\n"
@@ -124,6 +125,8 @@ int parseOptions(int argc, char** argv, Options* o) {
       if (!perf::parseType(v, &o->dtype)) return fail("type", v);
     } else if (a == "--algo") {
       s.algo = v;
+    } else if (a == "--torus-dims") {
+      s.torusDims = v;
     } else if (a == "--mode") {
       o->mode = v;
       if (o->mode == "auto") s.autoMode = true;

@@ -642,6 +642,7 @@ void plannerInputsFor(const CollectiveSim& in, const Topology* topo, PlannerInpu
   pin->reductionOverlaps = true;
   pin->gamma = 1.0 / in.params.model.memoryBytesPerSecond;
   pin->forcedAlgo = in.algo;
+  pin->torusDims = in.torusDims;
   finalizePlannerInputs(pin);
 }
 

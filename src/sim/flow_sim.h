@@ -88,7 +88,8 @@ struct CollectiveSim {
   CollKind kind = CollKind::AllReduce;
   uint64_t count = 0;  // elements, as CollArgs counts them for `kind`
   collDataType_t dtype = collFloat32;
-  std::string algo;  // "" = the planner's choice
+  std::string algo;       // "" = the planner's choice
+  std::string torusDims;  // COLL_TORUS_DIMS' spelling ("" = the planner's grid)
   int32_t nranks = 0;
   int32_t fabricNodes = 0;  // 0 = one per host
   FabricSpec fabric;

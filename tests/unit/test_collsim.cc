@@ -355,6 +355,30 @@ TEST(CollSim, EveryCollectiveRunsThroughThePlanner) {
   }
 }
 
+TEST(CollSim, TorusGridIsTheOneAsked) {
+  // 64 ranks, 8 per node: the torus All-Reduce on a 8x8 grid and on 4x16, as COLL_TORUS_DIMS
+  // would give a communicator; each runs its own schedules (different dimensions, other times).
+  CollectiveSim in;
+  in.kind = CollKind::AllReduce;
+  in.count = 1 << 20;
+  in.nranks = 64;
+  in.fabric.kind = FabricKind::NonBlocking;
+  in.algo = "torus";
+  CollectiveSimResult a, b;
+  in.torusDims = "8x8";
+  ASSERT_TRUE(simulateCollective(in, &a).ok());
+  in.torusDims = "4x16";
+  ASSERT_TRUE(simulateCollective(in, &b).ok());
+  EXPECT_NE(a.algorithm.find("8x8"), std::string::npos) << a.algorithm;
+  EXPECT_NE(b.algorithm.find("4x16"), std::string::npos) << b.algorithm;
+  EXPECT_NE(a.sim.seconds, b.sim.seconds);
+  in.torusDims = "3x7";
+  CollectiveSimResult c;
+  const Status st = simulateCollective(in, &c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("COLL_TORUS_DIMS"), std::string::npos) << st.message();
+}
+
 TEST(CollSim, BadInputIsAClearError) {
   FabricKind k;
   Status st = parseFabricKind("mesh", &k);
