@@ -164,29 +164,6 @@ TEST(Socket, Ipv6Loopback) {
   EXPECT_EQ(x, y);
 }
 
-TEST(Socket, DeadlinesBoundEveryWait) {
-  Pair p = connectedPair();
-  char buf[4];
-  auto t0 = std::chrono::steady_clock::now();
-  Status st = p.b.recvAll(buf, 4, Deadline::afterMs(100));
-  EXPECT_EQ(st.code(), collTimeout);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-
-  Socket listener, none;
-  SocketAddress bound;
-  ASSERT_TRUE(Socket::listen(parsed("127.0.0.1:0"), 4, &listener, &bound).ok());
-  st = listener.accept(Deadline::afterMs(100), &none, nullptr);
-  EXPECT_EQ(st.code(), collTimeout);
-
-  // Nobody listens on a port we just released: connect retries, then fails at its deadline.
-  listener.close();
-  t0 = std::chrono::steady_clock::now();
-  st = Socket::connect(bound, Deadline::afterMs(300), &none);
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find(bound.toString()), std::string::npos);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
-}
-
 // A loopback port nobody listens on, below the kernel's ephemeral range: a port from bind(0) is
 // ephemeral, so a connect retrying towards it may be given it as its own source port (TCP's
 // simultaneous open connects the socket to itself) or another test's connection may take it,
@@ -207,6 +184,30 @@ SocketAddress unusedPortBelowEphemeral() {
   }
   ADD_FAILURE() << "no free loopback port below " << low;
   return parsed("127.0.0.1:1");
+}
+
+TEST(Socket, DeadlinesBoundEveryWait) {
+  Pair p = connectedPair();
+  char buf[4];
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = p.b.recvAll(buf, 4, Deadline::afterMs(100));
+  EXPECT_EQ(st.code(), collTimeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+
+  Socket listener, none;
+  SocketAddress bound;
+  ASSERT_TRUE(Socket::listen(parsed("127.0.0.1:0"), 4, &listener, &bound).ok());
+  st = listener.accept(Deadline::afterMs(100), &none, nullptr);
+  EXPECT_EQ(st.code(), collTimeout);
+
+  // Nobody listens on a port: connect retries, then fails at its deadline.
+  listener.close();
+  bound = unusedPortBelowEphemeral();
+  t0 = std::chrono::steady_clock::now();
+  st = Socket::connect(bound, Deadline::afterMs(300), &none);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(bound.toString()), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
 }
 
 TEST(Socket, ConnectRetriesUntilTheListenerAppears) {
