@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/perf_colls.h"
 #include "bench/perf_data.h"
 #include "bench/perf_harness.h"
+#include "src/base/config.h"
 #include "src/sim/fabric_description.h"
 #include "src/sim/fabric_tuner.h"
 #include "src/sim/flow_sim.h"
@@ -34,10 +36,12 @@ struct Options {
   sim::FabricDescription net;  // the fabric options (as COLL_TOPO_FABRIC), for --compare's tuner
 };
 
-bool parseNumber(const char* t, double* out) {
-  char* end = nullptr;
-  *out = strtod(t, &end);
-  return end != t && *end == '\0' && *out >= 0;
+// A number >= 0 (the options take no negative values).
+bool nonNegative(const char* t, double* out) {
+  const std::optional<double> n = parseNumber(t);
+  if (!n || *n < 0) return false;
+  *out = *n;
+  return true;
 }
 
 void usage() {
@@ -104,14 +108,14 @@ int parseOptions(int argc, char** argv, Options* o) {
     const char* v = argv[++i];
     double x = 0;
     auto count = [&](int32_t* out) {
-      if (!parseNumber(v, &x) || x < 1 || x > 1e8 || x != static_cast<int32_t>(x)) return false;
+      if (!nonNegative(v, &x) || x < 1 || x > 1e8 || x != static_cast<int32_t>(x)) return false;
       *out = static_cast<int32_t>(x);
       return true;
     };
     if (a == "-c" || a == "--coll") {
       if (!perf::parseColl(v, &o->coll)) return fail("collective", v);
     } else if (a == "-n" || a == "--ranks") {
-      if (!parseNumber(v, &x) || x != static_cast<int32_t>(x)) return fail("rank count", v);
+      if (!nonNegative(v, &x) || x != static_cast<int32_t>(x)) return fail("rank count", v);
       s.nranks = static_cast<int32_t>(x);
     } else if (a == "-g" || a == "--per-node") {
       if (!count(&s.fabric.ranksPerNode)) return fail("ranks per node", v);
@@ -136,10 +140,10 @@ int parseOptions(int argc, char** argv, Options* o) {
         s.params.cost.maxSteps = 1ull << 31;
       } else return fail("mode", v);
     } else if (a == "--exact-steps") {
-      if (!parseNumber(v, &x)) return fail("step count", v);
+      if (!nonNegative(v, &x)) return fail("step count", v);
       s.exactSteps = static_cast<uint64_t>(x);
     } else if (a == "--top") {
-      if (!parseNumber(v, &x)) return fail("count", v);
+      if (!nonNegative(v, &x)) return fail("count", v);
       s.topLinks = static_cast<int32_t>(x);
     } else if (a == "--json") {
       o->jsonPath = v;

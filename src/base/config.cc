@@ -3,6 +3,9 @@
 #include "src/base/config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +84,22 @@ std::optional<uint64_t> parseBytes(const std::string& text) {
   if (*end != '\0') return std::nullopt;
   if (v > UINT64_MAX / mult) return std::nullopt;
   return v * mult;
+}
+
+std::optional<double> parseNumber(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double v = strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string trimSpace(const std::string& text) {
+  size_t b = 0, e = text.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  return text.substr(b, e - b);
 }
 
 int64_t IntKnob::get() const {

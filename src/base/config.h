@@ -89,6 +89,10 @@ const std::vector<const Knob*>& allKnobs();
 
 // Parses "123", "4K", "2M", "1G". Returns nullopt on junk.
 std::optional<uint64_t> parseBytes(const std::string& text);
+// Parses a whole string as a finite decimal number ("2.5", "1e6"). Returns nullopt on junk.
+std::optional<double> parseNumber(const std::string& text);
+// `text` without the white space around it.
+std::string trimSpace(const std::string& text);
 
 // COLL_TIMEOUT in milliseconds (the default deadline for every wait).
 int64_t defaultTimeoutMs();

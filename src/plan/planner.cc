@@ -10,6 +10,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/model.h"
 #include "algorithms/registry.h"
+#include "src/base/config.h"
 #include "src/schedule/schedule.h"
 
 namespace coll {
@@ -23,13 +24,6 @@ constexpr CollKind kPlannedKinds[] = {CollKind::AllReduce, CollKind::Broadcast, 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
 }
 
 std::string maskNames(AlgoMask mask) {
@@ -91,15 +85,6 @@ class LoadCounter {
   std::vector<int32_t> out_, in_, perRank_;
   StepLoad load_;
 };
-
-bool isUniformBlocks(const Topology& t) {
-  if (t.nranks <= 0 || t.nhosts <= 0 || t.nranks % t.nhosts != 0) return false;
-  const int32_t per = t.nranks / t.nhosts;
-  for (int32_t r = 0; r < t.nranks; ++r) {
-    if (t.hostOfRank[static_cast<size_t>(r)] != r / per) return false;
-  }
-  return true;
-}
 
 // The machine whose ranks most outnumber its CPUs (none when every machine has a core per rank
 // or its CPUs are unknown).
@@ -231,6 +216,15 @@ void deriveShape(const PlannerInputs& in, PlannerShape* s) {
 
 }  // namespace
 
+bool isUniformBlocks(const Topology& t) {
+  if (t.nranks <= 0 || t.nhosts <= 0 || t.nranks % t.nhosts != 0) return false;
+  const int32_t per = t.nranks / t.nhosts;
+  for (int32_t r = 0; r < t.nranks; ++r) {
+    if (t.hostOfRank[static_cast<size_t>(r)] != r / per) return false;
+  }
+  return true;
+}
+
 // ---- COLL_ALGO
 
 AlgoMask candidateAlgos(CollKind kind) {
@@ -246,14 +240,14 @@ Status parseAlgoFilter(const std::string& text, AlgoMask allowed[kCollKindCount]
   std::string rest = text;
   while (!rest.empty()) {
     const size_t semi = rest.find(';');
-    const std::string section = trim(rest.substr(0, semi));
+    const std::string section = trimSpace(rest.substr(0, semi));
     rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
     if (section.empty()) continue;
     const size_t colon = section.find(':');
     bool perColl = colon != std::string::npos;
     CollKind kind = CollKind::AllReduce;
     if (perColl) {
-      const std::string name = lower(trim(section.substr(0, colon)));
+      const std::string name = lower(trimSpace(section.substr(0, colon)));
       bool found = false;
       for (CollKind k : kPlannedKinds) {
         if (name == collKindName(k)) kind = k, found = true;
@@ -265,13 +259,13 @@ Status parseAlgoFilter(const std::string& text, AlgoMask allowed[kCollKindCount]
                          text.c_str(), name.c_str());
       }
     }
-    std::string list = trim(perColl ? section.substr(colon + 1) : section);
+    std::string list = trimSpace(perColl ? section.substr(colon + 1) : section);
     const bool exclude = !list.empty() && list[0] == '^';
-    if (exclude) list = trim(list.substr(1));
+    if (exclude) list = trimSpace(list.substr(1));
     AlgoMask named = 0;
     while (true) {
       const size_t comma = list.find(',');
-      const std::string name = lower(trim(list.substr(0, comma)));
+      const std::string name = lower(trimSpace(list.substr(0, comma)));
       AlgoId a;
       if (!algoFromName(name, &a)) {
         return makeError(collInvalidUsage, "COLL_ALGO=%s: unknown algorithm '%s' (known: %s)", text.c_str(),

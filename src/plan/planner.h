@@ -95,6 +95,9 @@ struct PlanKey {
 };
 PlanKey planKeyOf(const CollArgs& args, const PlanChoice& choice);
 
+// Whether every host holds the same number of ranks, consecutive (host h: ranks h*n .. h*n+n-1).
+bool isUniformBlocks(const Topology& t);
+
 // Hosts reordered whole, for a communicator whose ranks are in equal host blocks: the real rank at
 // each position of the order (hostOrder[h] = the host at position h), for Schedule::renameRanks.
 std::vector<int32_t> ranksInHostOrder(const std::vector<int32_t>& hostOrder, int32_t ranksPerHost);

@@ -1,32 +1,16 @@
 // Parsing of fabric descriptions (see fabric_description.h).
 #include "src/sim/fabric_description.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "src/base/config.h"
 
 namespace coll::sim {
 namespace {
-
-bool number(const std::string& v, double* out) {
-  if (v.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const double x = strtod(v.c_str(), &end);
-  if (errno != 0 || *end != '\0' || !(x == x)) return false;
-  *out = x;
-  return true;
-}
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
 
 Status bad(const std::string& key, const std::string& value, const char* want) {
   return makeError(collInvalidArgument, "fabric option %s=%s: want %s", key.c_str(), value.c_str(), want);
@@ -38,7 +22,7 @@ Status applyItems(const std::string& items, FabricDescription* d) {
   std::string item;
   bool first = true;
   while (std::getline(in, item, ',')) {
-    item = trim(item);
+    item = trimSpace(item);
     if (item.empty()) continue;
     const size_t eq = item.find('=');
     std::string key, value;
@@ -49,8 +33,8 @@ Status applyItems(const std::string& items, FabricDescription* d) {
       key = "fabric";
       value = item;
     } else {
-      key = trim(item.substr(0, eq));
-      value = trim(item.substr(eq + 1));
+      key = trimSpace(item.substr(0, eq));
+      value = trimSpace(item.substr(eq + 1));
     }
     first = false;
     bool known = false;
@@ -73,6 +57,11 @@ Status applyFabricOption(const std::string& key, const std::string& value, Fabri
   *known = true;
   FabricSpec& f = d->fabric;
   double x = 0;
+  auto number = [](const std::string& v, double* out) {
+    const std::optional<double> n = parseNumber(v);
+    if (n) *out = *n;
+    return n.has_value();
+  };
   auto gbps = [&](double* out) {
     if (!number(value, &x) || x <= 0) return bad(key, value, "a positive bandwidth in GB/s");
     *out = x * 1e9;
@@ -146,7 +135,7 @@ Status applyFabricOption(const std::string& key, const std::string& value, Fabri
 }
 
 Status parseFabricDescription(const std::string& text, FabricDescription* d) {
-  const std::string t = trim(text);
+  const std::string t = trimSpace(text);
   if (t.empty()) return makeError(collInvalidArgument, "fabric description is empty");
   if (t[0] != '@') return applyItems(t, d);
   std::ifstream file(t.substr(1));

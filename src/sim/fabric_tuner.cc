@@ -12,19 +12,13 @@ namespace coll::sim {
 
 Status FabricTuner::make(const FabricDescription& net, const Topology& topo, std::shared_ptr<const FabricTuner>* out) {
   out->reset();
-  if (topo.nranks <= 0 || topo.nhosts <= 0 || topo.nranks % topo.nhosts != 0) {
-    return makeError(collInvalidUsage, "COLL_TOPO_FABRIC: %d ranks on %d hosts are not the same count on every host",
+  if (!isUniformBlocks(topo)) {
+    return makeError(collInvalidUsage,
+                     "COLL_TOPO_FABRIC: %d ranks on %d hosts are not in blocks of the same count per host, which the "
+                     "simulator assumes",
                      topo.nranks, topo.nhosts);
   }
   const int32_t per = topo.nranks / topo.nhosts;
-  for (int32_t r = 0; r < topo.nranks; ++r) {
-    if (topo.hostOfRank[static_cast<size_t>(r)] != r / per) {
-      return makeError(collInvalidUsage,
-                       "COLL_TOPO_FABRIC: ranks are not in blocks of %d per host (rank %d is on host %d), which the "
-                       "simulator assumes",
-                       per, r, topo.hostOfRank[static_cast<size_t>(r)]);
-    }
-  }
   auto tuner = std::make_shared<FabricTuner>();
   tuner->net_ = net;
   tuner->net_.fabric.ranksPerNode = per;

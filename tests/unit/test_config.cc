@@ -40,6 +40,15 @@ TEST(Config, ParsesByteSizes) {
   EXPECT_FALSE(parseBytes("99999999999999999999G"));
 }
 
+TEST(Config, NumbersAndTrimming) {
+  EXPECT_EQ(parseNumber("2.5"), 2.5);
+  EXPECT_EQ(parseNumber("1e6"), 1e6);
+  EXPECT_EQ(parseNumber("-3"), -3.0);
+  for (const char* bad : {"", "x", "2.5x", "1e999", "nan", " 1"}) EXPECT_FALSE(parseNumber(bad).has_value()) << bad;
+  EXPECT_EQ(trimSpace("  a b \t"), "a b");
+  EXPECT_EQ(trimSpace(" \r\n"), "");
+}
+
 TEST(Config, TypedAccessorsUseEnvironmentThenDefault) {
   const IntKnob& sockets = knobNamed<IntKnob>("COLL_NSOCKS_PERPEER", KnobType::Int);
   unsetenv("COLL_NSOCKS_PERPEER");

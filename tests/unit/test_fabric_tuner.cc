@@ -73,21 +73,23 @@ TEST(FabricDescription, BadInputNamesWhatIsWrong) {
   }
 }
 
-// 64 ranks, 4 per node, on a two-tier fat-tree of 8-port leaves with 2 uplinks each.
+// An All-Reduce on a two-tier fat-tree: by default 64 ranks, 4 per node, 8-port leaves with 2
+// uplinks each.
 struct SmallCluster {
   static constexpr int32_t kRanks = 64, kPerNode = 4;
   CollectiveSim sim;
   Topology topo0;
-  SmallCluster(double oversub, uint64_t bytes) {
+  SmallCluster(double oversub, uint64_t bytes, int32_t ranks = kRanks, int32_t perNode = kPerNode,
+               int32_t leafPorts = 8, int32_t uplinks = 2) {
     sim.kind = CollKind::AllReduce;
     sim.count = bytes / 4;
-    sim.nranks = kRanks;
+    sim.nranks = ranks;
     sim.fabric.kind = FabricKind::FatTree2;
-    sim.fabric.ranksPerNode = kPerNode;
-    sim.fabric.leafPorts = 8;
-    sim.fabric.leafUplinks = 2;
+    sim.fabric.ranksPerNode = perNode;
+    sim.fabric.leafPorts = leafPorts;
+    sim.fabric.leafUplinks = uplinks;
     sim.fabric.oversubscription = oversub;
-    UniformTopologies topos(kRanks, kPerNode);
+    UniformTopologies topos(ranks, perNode);
     topo0 = topos.at(0);
   }
   FabricDescription description() const {
@@ -225,28 +227,17 @@ TEST(FabricTuner, CandidatesStoppedPastTheWinnersTimeAreLeftOut) {
   // far more rate solving than the others. With growing budgets, some budget stops them only
   // after their clocks have passed the winner's time: the tuner then has an opinion, the same
   // choice as with no budget, and shows them with lower bounds.
-  CollectiveSim sim;
-  sim.kind = CollKind::AllReduce;
-  sim.count = (1 << 20) / 4;
-  sim.nranks = 256;
-  sim.fabric.kind = FabricKind::FatTree2;
-  sim.fabric.ranksPerNode = 8;
-  sim.fabric.leafPorts = 32;
-  sim.fabric.leafUplinks = 8;
-  sim.fabric.oversubscription = 4;
-  UniformTopologies topos(sim.nranks, 8);
-  const Topology topo0 = topos.at(0);
+  const SmallCluster c(4, 1 << 20, 256, 8, 32, 8);
   PlannerInputs pin;
-  plannerInputsFor(sim, &topo0, &pin);
-  const CollArgs args = callArgsFor(sim);
+  plannerInputsFor(c.sim, &c.topo0, &pin);
+  const CollArgs args = callArgsFor(c.sim);
   PlanChoice model;
   ASSERT_TRUE(planCollective(pin, args, &model).ok());
   auto tunerWith = [&](uint64_t work) {
-    FabricDescription d;
-    d.fabric = sim.fabric;
+    FabricDescription d = c.description();
     d.maxWork = work;
     std::shared_ptr<const FabricTuner> t;
-    EXPECT_TRUE(FabricTuner::make(d, topo0, &t).ok());
+    EXPECT_TRUE(FabricTuner::make(d, c.topo0, &t).ok());
     return t;
   };
   std::vector<FabricTuner::Priced> unbounded;
@@ -277,7 +268,9 @@ TEST(FabricTuner, CandidatesStoppedPastTheWinnersTimeAreLeftOut) {
               describeChoice(unbounded[fastest(unbounded)].candidate.algo,
                              unbounded[fastest(unbounded)].candidate.options, 0));
     for (const FabricTuner::Priced& p : priced) {
-      if (p.lowerBound) EXPECT_GT(p.candidate.seconds, priced[w].candidate.seconds);
+      if (p.lowerBound) {
+        EXPECT_GT(p.candidate.seconds, priced[w].candidate.seconds);
+      }
     }
   }
   EXPECT_TRUE(seen) << "no budget stopped a candidate past the winner's time";
