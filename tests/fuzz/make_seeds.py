@@ -75,7 +75,15 @@ def tcprails(n=2, port=5000):
 write("tcp_hello", "rails2", tcprails())
 write("tcp_hello", "rails_noport", tcprails(port=0))
 write("tcp_hello", "preamble", struct.pack("<IIII", 0x6D615254, 1, 4, 19) + bytes(range(16)))
-write("tcp_hello", "preamble_bad_index", struct.pack("<IIII", 0x6D615254, 4, 4, 19) + bytes(range(16)))
+write("tcp_hello", "preamble_bad_index", struct.pack("<IIII", 0x6D615254, 12, 4, 19) + bytes(range(16)))
+# control records of a multi-rail connection: magic, type | flags << 8, rail, count, count x u64
+def tcpctl(kind, rail, values, flags=0):
+    return struct.pack("<IIII", 0x6C745443, kind | flags << 8, rail, len(values)) + b"".join(struct.pack("<Q", v) for v in values)
+write("tcp_hello", "control_ack", tcpctl(1, 0, [1 << 20]))
+write("tcp_hello", "control_lost", tcpctl(2, 1, [4096, 12288], flags=1))
+write("tcp_hello", "control_switch", tcpctl(3, 1, [8192]))
+write("tcp_hello", "control_bye", tcpctl(4, 0, []))
+write("tcp_hello", "control_truncated", tcpctl(2, 1, [1, 2, 3])[:30])
 
 # nccl_net, even first byte: message stream [groups-1][piece-1][n-1, (tag, size/17)*n ...] frames
 def frame(tag, payload):

@@ -42,10 +42,12 @@ struct PumpPost : PostedRecv {
 // units (a random number of them, as dependencies would allow) before each progress; `post`
 // (optional) reports what the transport applied in place. `direct` (optional): the sender offers
 // each slice to Connection::sendDirect first, from a buffer it scribbles over as soon as the call
-// returns (the transport must not read it later), and counts there the bytes taken.
+// returns (the transport must not read it later), and counts there the bytes taken. `everyPass`
+// (optional) runs after each progress call, e.g. to break something mid-stream.
 inline bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_t recvSeed, uint32_t rngSeed,
                        size_t maxSlice, std::string* error, const std::function<void()>& idle = {}, size_t postUnit = 0,
-                       PumpPost* post = nullptr, uint64_t* direct = nullptr) {
+                       PumpPost* post = nullptr, uint64_t* direct = nullptr,
+                       const std::function<void()>& everyPass = {}) {
   std::mt19937 rng(rngSeed);
   uint64_t sent = 0, received = 0;
   PumpPost own;
@@ -88,6 +90,7 @@ inline bool pumpStream(Connection* c, uint64_t total, uint64_t sendSeed, uint64_
     }
     bool progressed = false;
     Status st = c->progress(&progressed);
+    if (everyPass) everyPass();
     if (postUnit > 0) {
       c->postRecv(nullptr);
       received += post->applied * unit;

@@ -86,7 +86,7 @@ Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out) {
   }
   memcpy(&pre, bytes, sizeof(pre));
   if (pre.magic != kPreambleMagic || pre.streams < 1 || pre.streams > static_cast<uint32_t>(kTcpMaxStreams) ||
-      pre.index >= pre.streams || pre.stripeLog2 < 6 || pre.stripeLog2 > 26) {
+      pre.index >= pre.streams + kTcpMaxRails || pre.stripeLog2 < 6 || pre.stripeLog2 > 26) {
     return makeError(collRemoteError, "a malformed tcp rail handshake (magic %08x, stream %u of %u, stripe 2^%u)",
                      pre.magic, pre.index, pre.streams, pre.stripeLog2);
   }
@@ -100,10 +100,12 @@ Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out) {
 namespace {
 
 // The sockets of a connection over several rails. The lower rank connects socket i from its rail
-// i mod rails to the higher rank's listener on the same rail; the higher rank accepts on all its
-// listeners, keeps sockets that present the token, and orders them by their index.
+// i mod rails to the higher rank's listener on the same rail, then one control socket per rail
+// (indices streams + rail); the higher rank accepts on all its listeners, keeps sockets that
+// present the token, and orders them by their index.
 Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadline deadline,
-                       const std::function<std::string(const char*)>& context, std::vector<Socket>* sockets) {
+                       const std::function<std::string(const char*)>& context, std::vector<Socket>* sockets,
+                       std::vector<Socket>* controls) {
   const int me = bootstrap.rank();
   const int mine = static_cast<int>(agreed->rails.size());
   RailsMessage out{};
@@ -148,8 +150,8 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
     pre.stripeLog2 = log2Of(agreed->stripeBytes);
     agreed->stripeBytes = uint64_t{1} << pre.stripeLog2;
     memcpy(pre.token, in.token, kTokenBytes);
-    for (int i = 0; i < agreed->streams; ++i) {
-      const int r = i % rails;
+    for (int i = 0; i < agreed->streams + rails; ++i) {
+      const int r = i < agreed->streams ? i % rails : i - agreed->streams;
       const SocketAddress& to = in.listeners[r];
       SocketAddress from = agreed->rails[r];
       from.setPort(0);
@@ -158,7 +160,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
                    .withContext(context(("connect on rail " + from.toString() + " to " + to.toString()).c_str())));
       pre.index = static_cast<uint32_t>(i);
       COLL_TRY(s.sendAll(&pre, sizeof(pre), deadline).withContext(context("handshake")));
-      sockets->push_back(std::move(s));
+      (i < agreed->streams ? sockets : controls)->push_back(std::move(s));
     }
     return okStatus();
   }
@@ -166,7 +168,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   std::vector<Socket> byIndex;
   int got = 0;
   uint32_t streams = 0, stripeLog2 = 0;
-  while (streams == 0 || got < static_cast<int>(streams)) {
+  while (streams == 0 || got < static_cast<int>(streams) + rails) {
     std::vector<pollfd> fds;
     for (const Socket& l : listeners) fds.push_back(pollfd{l.fd(), POLLIN, 0});
     const int n = ::poll(fds.data(), fds.size(), std::max(1, deadline.remainingMs()));
@@ -196,7 +198,10 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
       if (streams == 0) {
         streams = pre.streams;
         stripeLog2 = pre.stripeLog2;
-        byIndex.resize(streams);
+        byIndex.resize(streams + static_cast<uint32_t>(rails));
+      }
+      if (pre.index >= byIndex.size()) {
+        return makeError(collRemoteError, "%s", context("a rail socket with an index beyond the rails").c_str());
       }
       if (byIndex[pre.index].valid()) {
         return makeError(collRemoteError, "%s", context("two sockets claimed the same stream").c_str());
@@ -207,7 +212,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   }
   agreed->streams = static_cast<int>(streams);
   agreed->stripeBytes = uint64_t{1} << stripeLog2;
-  *sockets = std::move(byIndex);
+  for (size_t i = 0; i < byIndex.size(); ++i) (i < streams ? sockets : controls)->push_back(std::move(byIndex[i]));
   return okStatus();
 }
 
@@ -249,10 +254,10 @@ Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Dea
     return std::string("TCP connection to rank ") + std::to_string(peer) + " (" + peerName + "): " + what;
   };
   TcpOptions agreed = options;
-  std::vector<Socket> sockets;
+  std::vector<Socket> sockets, controls;
   if (options.rails.size() > 1) {
     COLL_TRY(connectTcpRails(
-        bootstrap, peer, &agreed, deadline, [&](const char* what) { return context(what); }, &sockets));
+        bootstrap, peer, &agreed, deadline, [&](const char* what) { return context(what); }, &sockets, &controls));
   } else if (me < peer) {
     if (agreed.streams < 1 || agreed.streams > kTcpMaxStreams) {
       return makeError(collInvalidArgument, "COLL_NSOCKS_PERPEER=%d is out of range 1..%d", agreed.streams,
@@ -291,10 +296,14 @@ Status connectTcp(Bootstrap& bootstrap, int peer, const TcpOptions& options, Dea
       sockets.push_back(std::move(s));
     }
   }
-  std::vector<int> fds;
+  std::vector<int> fds, controlFds;
   for (Socket& s : sockets) fds.push_back(s.release());
+  // One rail left after the two ends agreed: no control socket, no failover to make.
+  if (controls.size() >= 2) {
+    for (Socket& s : controls) controlFds.push_back(s.release());
+  }
   std::unique_ptr<TcpConnection> conn;
-  COLL_TRY(TcpConnection::fromSockets(peer, std::move(fds), agreed, peerName, &conn));
+  COLL_TRY(TcpConnection::fromSockets(peer, std::move(fds), agreed, peerName, &conn, std::move(controlFds)));
   *out = std::move(conn);
   return okStatus();
 }

@@ -1,6 +1,7 @@
 // TCP transport: a connection to one peer over one or more sockets, the byte stream cut into
 // fixed stripes sent round-robin over them, with send and receive staging rings; with several
-// rails (interfaces), socket i leaves from and arrives at rail i mod rails.
+// rails (interfaces), socket i leaves from and arrives at rail i mod rails, each rail has a
+// control socket, and a lost rail's stripes move to the others.
 #pragma once
 
 #include <poll.h>
@@ -35,6 +36,9 @@ struct TcpOptions {
   // Local addresses of the rails (COLL_TCP_RAILS interfaces); fewer than two: the sockets are
   // made through the bootstrap listener as ever.
   std::vector<SocketAddress> rails;
+  // Over several rails: TCP_USER_TIMEOUT of every socket, so a rail whose link went down is found
+  // lost (ETIMEDOUT) after this long with bytes unacknowledged; 0 = the kernel's (minutes).
+  int railTimeoutMs = 5000;
 };
 
 // COLL_NSOCKS_PERPEER, COLL_SOCKET_BUFFSIZE, COLL_TCP_STAGING_BYTES; the stripe is 512 KiB, or
@@ -74,7 +78,33 @@ struct TcpPreamble {
   uint32_t stripeLog2 = 0;
   uint8_t token[kTcpTokenBytes] = {};
 };
+// Indices streams .. streams + kTcpMaxRails - 1 are the rails' control sockets.
 Status parseTcpPreamble(const uint8_t* bytes, size_t size, TcpPreamble* out);
+
+// The records of a multi-rail connection's control sockets (one per rail, both directions):
+//   Ack(pos)       the sender may reuse its ring below pos: this end consumed the stream there;
+//   Lost(rail, flags, p...)  this end found `rail` lost (or heard so) and stopped using it; p are
+//                  its final receive positions on the rail's sockets, in socket order;
+//   Switch(rail, c...)  the sender's answer: c is where each live socket's old sequence was cut;
+//                  what the receiver lacks below the first untouched stripe moves to the live
+//                  sockets (TcpConnection::applySwitch), and stripes from there go round-robin
+//                  over the live sockets only;
+//   Bye            this end is closing the connection: what follows is not a lost rail.
+// Remote bytes: parseTcpControl checks the magic, the type, the rail and the count of values.
+enum class TcpControlType : uint32_t { Ack = 1, Lost = 2, Switch = 3, Bye = 4 };
+constexpr size_t kTcpControlHeaderBytes = 16;
+constexpr size_t kTcpControlMaxBytes = kTcpControlHeaderBytes + 8 * (kTcpMaxStreams + 1);
+struct TcpControl {
+  TcpControlType type = TcpControlType::Ack;
+  uint32_t rail = 0;
+  uint32_t flags = 0;  // Lost: kTcpLostResumable when every lost socket sits in its plain stripe order
+  std::vector<uint64_t> values;
+};
+constexpr uint32_t kTcpLostResumable = 1;
+void encodeTcpControl(const TcpControl& record, std::vector<uint8_t>* out);
+// Needs the record's first kTcpControlHeaderBytes; *recordBytes is its whole size (0 while the
+// header is incomplete); the record is parsed once `size` covers it.
+Status parseTcpControl(const uint8_t* bytes, size_t size, uint32_t rails, size_t* recordBytes, TcpControl* out);
 
 // Both ranks of a pair call this when they first need each other: the lower rank connects
 // `streams` sockets (bootstrap.connectData(peer, kTcpTagBase + i)) and tells the higher one the
@@ -86,9 +116,11 @@ class TcpConnection final : public Connection {
  public:
   // From already-connected sockets (ownership of the fds passes here, also on failure). Both
   // ends must pass the same number of sockets, in the same order, and the same stripeBytes.
-  // `peerName` appears in error messages, e.g. "10.0.0.2:41000".
+  // `peerName` appears in error messages, e.g. "10.0.0.2:41000". `controls`: one control socket
+  // per rail (two or more: socket i is on rail i mod rails, whose loss the others survive);
+  // none: one rail, no failover.
   static Status fromSockets(int peer, std::vector<int> fds, const TcpOptions& options, std::string peerName,
-                            std::unique_ptr<TcpConnection>* out);
+                            std::unique_ptr<TcpConnection>* out, std::vector<int> controls = {});
   ~TcpConnection() override;
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -101,9 +133,9 @@ class TcpConnection final : public Connection {
   uint64_t sentBytes() const override { return committed_; }
   uint64_t receivedBytes() const override { return consumed_; }
   Status progress(bool* progressed) override;
-  Status checkHealth() override { return closedReason_; }
-  bool sendsFlushed() const override { return sendFreed_ >= committed_; }
-  uint64_t flushedBytes() const override { return sendFreed_; }
+  Status checkHealth() override { return failed_.ok() ? closedReason_ : failed_; }
+  bool sendsFlushed() const override { return sendOut_ >= committed_; }
+  uint64_t flushedBytes() const override { return sendOut_; }
 
   // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
   void appendPollFds(std::vector<pollfd>* fds) const;
@@ -112,34 +144,90 @@ class TcpConnection final : public Connection {
   SocketAddress streamLocalAddress(int i) const;
   uint64_t stripeBytes() const { return stripe_; }
   uint64_t ringBytes() const { return ring_.capacity(); }
+  int rails() const { return static_cast<int>(rails_.size()); }
+  int railsLost() const;
+
+  // Which stream positions one socket carries in one direction, in order: the current range,
+  // ranges queued after it (only after a rail was lost), then the stripes origin, origin + stride,
+  // ... Both ends keep the same sequence for each socket, so no byte carries a header.
+  struct Range {
+    uint64_t begin = 0, end = 0;
+  };
+  struct Lane {
+    uint64_t pos = 0;     // the next byte
+    uint64_t end = 0;     // the end of the current range
+    bool striped = true;  // the current range is one of the stripes, not a queued range
+    std::vector<Range> queue;
+    size_t head = 0;
+    uint64_t origin = 0;  // the first of the stripes
+    uint64_t nextStripe = 0, stride = 0;
+    void advance(uint64_t stripe);
+    bool plain() const { return striped && head == queue.size(); }
+    uint64_t lowest() const;  // the first position this lane has yet to carry
+  };
 
  private:
   struct Stream {
     int fd = -1;
-    uint64_t sendPos = 0;  // stream position of the next byte this socket sends
-    uint64_t recvPos = 0;  // stream position of the next byte this socket receives
-    bool closed = false;   // the peer closed or reset this socket
+    int rail = 0;
+    std::string path;  // over several rails: "from LOCAL to REMOTE", taken while both are known
+    Lane send, recv;
+    bool closed = false;  // the peer closed or reset this socket
+  };
+  struct Rail {
+    int control = -1;
+    bool lost = false;
+    std::string why;
+    std::vector<uint8_t> out;  // control records not yet handed to the kernel (whole records)
+    uint8_t in[kTcpControlMaxBytes] = {};
+    size_t inBytes = 0;
+  };
+  // The recovery from one lost rail: this end's receive side waits (at range ends) for the
+  // peer's Switch, its send side for the peer's Lost.
+  struct Recovery {
+    int rail = -1;
+    bool awaitingPeerLost = false;
+    bool awaitingSwitch = false;
+    std::vector<uint64_t> lostPositions;  // what this end's Lost said
   };
   Status closedReason_;  // set when a socket closed; reported by checkHealth()
+  Status failed_;        // every rail lost, or a second during a move: progress() fails with it
   TcpConnection() = default;
   Status sendOn(Stream& s, bool* progressed);
   Status recvOn(Stream& s, bool* progressed);
   Status socketError(const Stream& s, int err, const char* what) const;
+  // A socket of a multi-rail connection failed or closed: the rail is lost, or the peer is gone.
+  void socketFailed(const Stream& s, const Status& why);
   std::string where(const Stream& s) const;  // the peer's name, and the socket's rail when railed
+  std::string railName(int rail) const;
   bool sendPending(const Stream& s) const;
+  void railLost(int rail, const std::string& why);
+  void queueControl(const TcpControl& record);
+  Status pollControl(bool* progressed);
+  void flushControl();
+  Status onControl(int rail, const TcpControl& record);
+  Status applyPeerLost(const TcpControl& record);
+  Status applySwitch(const TcpControl& record);
+  void finishRecovery();
+  void updatePositions();
 
   int peer_ = -1;
   std::string peerName_;
   std::vector<Stream> streams_;
   uint64_t stripe_ = 0;
   bool railed_ = false;  // sockets over several rails: errors name the socket's addresses
-  StreamRing ring_;    // both the send and the receive ring
-  uint64_t skip_ = 0;  // (streams - 1) * stripe: from the end of a stripe to the socket's next one
+  std::vector<Rail> rails_;  // with two or more: control sockets, acknowledgements and failover
+  Recovery recovery_;
+  bool peerLeaving_ = false;  // the peer said Bye: a closed socket is the peer gone, not a rail
+  StreamRing ring_;           // both the send and the receive ring
   std::byte* sendRing_ = nullptr;
   std::byte* recvRing_ = nullptr;
   uint64_t committed_ = 0;
-  uint64_t sendFreed_ = 0;  // every byte before this has been handed to the kernel
+  uint64_t sendFreed_ = 0;     // the send ring may be rewritten below this
+  uint64_t sendOut_ = 0;       // every byte before this has been handed to the kernel
+  uint64_t peerConsumed_ = 0;  // multi-rail: the peer's last Ack
   uint64_t consumed_ = 0;
+  uint64_t ackSent_ = 0;   // multi-rail: the last Ack this end queued
   uint64_t received_ = 0;  // every byte before this has arrived
 };
 
