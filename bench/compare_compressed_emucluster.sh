@@ -23,10 +23,7 @@ export COLLRUN
 
 bytes=$(numfmt --from=iec "$SIZE")
 name=cmpcomp$$
-cleanup() { "$EMU" down "$name" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+emu_down_on_exit "$name"
 
 out=$(results_dir compare_compressed_emucluster)
 summary=$out/summary.txt

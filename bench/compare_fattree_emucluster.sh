@@ -58,10 +58,7 @@ uplinkRate=$(awk -v r="$rateMbit" -v p="$perLeaf" -v o="$OVERSUB" 'BEGIN { print
 bytes=$(numfmt --from=iec "$SIZE")
 smallBytes=$(numfmt --from=iec "$SMALL")
 name=cmpfat$$
-cleanup() { "$EMU" down "$name" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+emu_down_on_exit "$name"
 
 out=$(results_dir compare_fattree_emucluster)
 summary=$out/summary.txt

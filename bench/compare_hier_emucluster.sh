@@ -22,14 +22,6 @@ need "$COLLRUN" "$PERF"
 export COLLRUN
 
 bytes=$(numfmt --from=iec "$SIZE")
-CLUSTERS=()
-cleanup() {
-  local c
-  for c in "${CLUSTERS[@]}"; do "$EMU" down "$c" >/dev/null 2>&1 || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 out=$(results_dir compare_hier_emucluster)
 echo "compare_hier_emucluster: allreduce_perf $SIZE float sum, $ALGOS alternated $ROUNDS rounds, $RATE node links; raw output in $out"
@@ -39,7 +31,7 @@ summary=$out/summary.txt
 for setup in $SETUPS; do
   nodes=${setup%x*} per=${setup#*x}
   name=cmphier$$_$nodes
-  CLUSTERS+=("$name")
+  emu_down_on_exit "$name"
   echo "== $setup: $nodes nodes x $per ranks" | tee -a "$summary"
   "$EMU" up "$name" "$nodes" --rate "$RATE" | tee "$out/$setup-links.txt"
   "$EMU" status "$name" >>"$out/$setup-links.txt"

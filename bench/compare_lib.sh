@@ -66,6 +66,20 @@ netns_pair() {
   ip -n "$NS_A" link set "$VA" up; ip -n "$NS_B" link set "$VB" up
 }
 
+# emu_down_on_exit NAME: bench/emucluster down NAME when the script exits, also on failure or
+# interrupt; call it again for each further cluster. Root only.
+EMU_CLUSTERS=()
+emu_down_on_exit() {
+  EMU_CLUSTERS+=("$1")
+  trap emu_down_all EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+emu_down_all() {
+  local c
+  for c in "${EMU_CLUSTERS[@]}"; do "$ROOT/bench/emucluster" down "$c" >/dev/null 2>&1 || true; done
+}
+
 # Progress of a long run: progress_start TOTAL before the first of TOTAL runs (or rounds), then
 # progress WHAT after each: "[k/TOTAL] WHAT (elapsed, about T left)", the estimate from the mean so far.
 progress_start() { PROGRESS_TOTAL=$1 PROGRESS_DONE=0 PROGRESS_T0=$SECONDS; }

@@ -22,10 +22,7 @@ export COLLRUN
 export COLL_NSOCKS_PERPEER=${COLL_NSOCKS_PERPEER:-4}
 bytes=$(numfmt --from=iec "$SIZE")
 name=cmprails$$
-cleanup() { "$EMU" down "$name" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+emu_down_on_exit "$name"
 
 out=$(results_dir compare_tcp_rails_emucluster)
 echo "compare_tcp_rails_emucluster: allreduce_perf $SIZE float sum over tcp ($COLL_NSOCKS_PERPEER sockets per peer), COLL_TCP_RAILS in ($RAILS) alternated $ROUNDS rounds, 2 nodes with 2 links of $RATE each; raw output in $out"
