@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -266,7 +267,7 @@ TEST(Tcp, ConnectThroughBootstrap) {
 // A pair of thread ranks connected over two rails on one host, 127.0.0.1 and 127.0.0.2 (both on
 // lo): bootstraps them, connects rank r with streamsOf(r) sockets, then runs body(r, connection).
 void withTwoRailPair(uint8_t secretByte, int (*streamsOf)(int), const std::function<void(int, Connection*)>& body,
-                     std::unique_ptr<Connection> conn[2]) {
+                     std::unique_ptr<Connection> conn[2], const std::vector<uint32_t>& railMbps = {}) {
   SocketAddress bind;
   ASSERT_TRUE(SocketAddress::parse("127.0.0.1:0", &bind).ok());
   Secret secret{};
@@ -287,6 +288,7 @@ void withTwoRailPair(uint8_t secretByte, int (*streamsOf)(int), const std::funct
       if (!results[r].ok()) return;
       TcpOptions o = smallOptions(streamsOf(r), 256 << 10, 16 << 10);
       o.rails = {rail[0], rail[1]};
+      o.railMbps = railMbps;
       results[r] = connectTcp(*bs[r], 1 - r, o, deadline, &conn[r]);
       if (results[r].ok()) body(r, conn[r].get());
     });
@@ -382,17 +384,19 @@ struct RailCut {
 
 // Both directions at once over `rails` rails; the cuts happen mid-stream. Returns each end's
 // outcome.
-void pumpWithCuts(int streams, int rails, uint64_t staging, uint64_t stripe, uint64_t total,
-                  const std::vector<RailCut>& cuts, bool ok[2], std::string errors[2],
-                  std::unique_ptr<TcpConnection>* keepA = nullptr, std::unique_ptr<TcpConnection>* keepB = nullptr) {
-  TcpOptions o = smallOptions(streams, staging, stripe);
+void pumpWithCuts(const TcpOptions& o, int rails, uint64_t total, const std::vector<RailCut>& cuts, bool ok[2],
+                  std::string errors[2], std::unique_ptr<TcpConnection>* keepA = nullptr,
+                  std::unique_ptr<TcpConnection>* keepB = nullptr) {
+  const int streams = o.streams;
   std::unique_ptr<TcpConnection> a, b;
   std::vector<int> fdsA, fdsB;
   makeRailedPair(o, rails, &a, &b, &fdsA, &fdsB);
   ASSERT_TRUE(a && b);
   auto cutRail = [&](const RailCut& c) {
     const std::vector<int>& fds = c.atA ? fdsA : fdsB;
-    for (int i = c.rail; i < streams; i += rails) shutdown(fds[i], SHUT_RDWR);
+    for (int i = 0; i < streams; ++i) {
+      if (a->streamRail(i) == c.rail) shutdown(fds[i], SHUT_RDWR);
+    }
     shutdown(fds[streams + c.rail], SHUT_RDWR);
   };
   std::thread tb([&] { ok[1] = pumpStream(b.get(), total, 2, 1, 20, 7000, &errors[1]); });
@@ -412,10 +416,11 @@ TEST(TcpRails, ALostRailMovesItsTrafficToTheOthers) {
       bool ok[2] = {false, false};
       std::string errors[2];
       std::unique_ptr<TcpConnection> a, b;
-      pumpWithCuts(2 * rails, rails, 64 << 10, 4 << 10, 8 << 20, {{1, 1 << 20, atA}}, ok, errors, &a, &b);
+      pumpWithCuts(smallOptions(2 * rails, 64 << 10, 4 << 10), rails, 8 << 20, {{1, 1 << 20, atA}}, ok, errors, &a, &b);
       for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << rails << " rails, rank " << r << ": " << errors[r];
       // Small rings and stripes: the move deals many pieces, and the ring wraps often.
-      pumpWithCuts(2 * rails, rails, 16 << 10, 1 << 10, 4 << 20, {{rails - 1, 1 << 20, !atA}}, ok, errors);
+      pumpWithCuts(smallOptions(2 * rails, 16 << 10, 1 << 10), rails, 4 << 20, {{rails - 1, 1 << 20, !atA}}, ok,
+                   errors);
       for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << rails << " rails, rank " << r << ": " << errors[r];
       ASSERT_TRUE(a && b);
       EXPECT_EQ(a->railsLost(), 1);
@@ -430,8 +435,8 @@ TEST(TcpRails, RailsLostOneAfterTheOther) {
   bool ok[2] = {false, false};
   std::string errors[2];
   std::unique_ptr<TcpConnection> a, b;
-  pumpWithCuts(8, 4, 64 << 10, 4 << 10, 12 << 20, {{1, 1 << 20, true}, {2, 4 << 20, false}, {3, 8 << 20, true}}, ok,
-               errors, &a, &b);
+  pumpWithCuts(smallOptions(8, 64 << 10, 4 << 10), 4, 12 << 20,
+               {{1, 1 << 20, true}, {2, 4 << 20, false}, {3, 8 << 20, true}}, ok, errors, &a, &b);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->railsLost(), 3);
@@ -442,7 +447,7 @@ TEST(TcpRails, RailsLostOneAfterTheOther) {
 TEST(TcpRails, TheLastRailLostFailsNamingEveryRail) {
   bool ok[2] = {true, true};
   std::string errors[2];
-  pumpWithCuts(4, 2, 64 << 10, 4 << 10, 8 << 20, {{1, 1 << 20, true}, {0, 3 << 20, false}}, ok, errors);
+  pumpWithCuts(smallOptions(4, 64 << 10, 4 << 10), 2, 8 << 20, {{1, 1 << 20, true}, {0, 3 << 20, false}}, ok, errors);
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(ok[r]) << "rank " << r;
     EXPECT_NE(errors[r].find("every rail to rank"), std::string::npos) << "rank " << r << ": " << errors[r];
@@ -502,6 +507,75 @@ TEST(TcpRails, ControlRecordsAreChecked) {
   EXPECT_EQ(parseTcpControl(bad.data(), bad.size(), 2, &bytes, &back).code(), collRemoteError);
   bad[4] = 9;
   EXPECT_EQ(parseTcpControl(bad.data(), bad.size(), 2, &bytes, &back).code(), collRemoteError);
+}
+
+TEST(TcpRails, SocketsFollowTheRailsWeights) {
+  EXPECT_EQ(tcpSocketRails({1, 1}, 4), (std::vector<uint8_t>{0, 1, 0, 1}));
+  EXPECT_EQ(tcpSocketRails({1, 1, 1}, 3), (std::vector<uint8_t>{0, 1, 2}));
+  const std::vector<uint8_t> weighted = tcpSocketRails({2, 1}, 6);
+  EXPECT_EQ(std::count(weighted.begin(), weighted.end(), 0), 4);
+  EXPECT_EQ(std::count(weighted.begin(), weighted.end(), 1), 2);
+  // Smooth: each cycle of three has both rails.
+  EXPECT_NE(std::find(weighted.begin(), weighted.begin() + 3, 1), weighted.begin() + 3);
+  EXPECT_NE(std::find(weighted.begin() + 3, weighted.end(), 1), weighted.end());
+}
+
+// Rails at 20 and 10 Gbit/s: sockets 2:1 (3 asked become 3), bytes about 2:1, and the stream
+// exact; the slower end's speeds count.
+TEST(TcpRails, AFasterRailCarriesMore) {
+  std::unique_ptr<Connection> conn[2];
+  std::string errors[2];
+  bool ok[2] = {false, false};
+  withTwoRailPair(
+      10, [](int) { return 3; },
+      [&](int r, Connection* c) { ok[r] = pumpStream(c, 16 << 20, 100 + r, 101 - r, r, 70000, &errors[r]); }, conn,
+      {20000, 10000});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(ok[r]) << "rank " << r << ": " << errors[r];
+    auto* tcp = dynamic_cast<TcpConnection*>(conn[r].get());
+    ASSERT_NE(tcp, nullptr);
+    EXPECT_EQ(tcp->streams(), 3);
+    int onFast = 0;
+    for (int i = 0; i < tcp->streams(); ++i) onFast += tcp->streamRail(i) == 0 ? 1 : 0;
+    EXPECT_EQ(onFast, 2);
+    const double fast = static_cast<double>(tcp->railBytesSent(0));
+    const double total = fast + static_cast<double>(tcp->railBytesSent(1));
+    EXPECT_NEAR(fast / total, 2.0 / 3.0, 0.05) << "rank " << r;
+    // The sockets leave from the rail they belong to.
+    for (int i = 0; i < tcp->streams(); ++i) {
+      const std::string local = tcp->streamLocalAddress(i).toString();
+      const std::string want = tcp->streamRail(i) == 0 ? "127.0.0.1:" : "127.0.0.2:";
+      EXPECT_EQ(local.compare(0, want.size(), want), 0) << "rank " << r << " stream " << i << ": " << local;
+    }
+  }
+}
+
+// Weighted rails lose a rail like equal ones do.
+TEST(TcpRails, AWeightedRailIsLostToo) {
+  for (int lost : {0, 1}) {
+    TcpOptions o = smallOptions(6, 64 << 10, 4 << 10);
+    o.socketRails = tcpSocketRails({2, 1}, 6);
+    bool ok[2] = {false, false};
+    std::string errors[2];
+    std::unique_ptr<TcpConnection> a, b;
+    pumpWithCuts(o, 2, 8 << 20, {{lost, 1 << 20, true}}, ok, errors, &a, &b);
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << "lost rail " << lost << ", rank " << r << ": " << errors[r];
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->railsLost(), 1);
+  }
+}
+
+TEST(TcpRails, RailSpeedsFromConfig) {
+  std::vector<SocketAddress> rails;
+  std::vector<uint32_t> mbps;
+  setenv("COLL_TCP_RAILS", "2", 1);
+  setenv("COLL_SOCKET_IFNAME", "lo", 1);
+  // lo has one IPv4 address: one rail only, whatever the speeds say.
+  setenv("COLL_TCP_RAIL_MBPS", "100,50", 1);
+  EXPECT_EQ(tcpRailsFromConfig(&rails, &mbps).code(), collInvalidUsage);
+  unsetenv("COLL_TCP_RAILS");
+  unsetenv("COLL_SOCKET_IFNAME");
+  unsetenv("COLL_TCP_RAIL_MBPS");
 }
 
 TEST(TcpRails, FromConfigNamesWhatIsMissing) {

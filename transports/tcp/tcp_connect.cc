@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/base/log.h"
+#include "transports/stripe_pattern.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {
@@ -38,6 +39,7 @@ struct RailsMessage {
   uint32_t rails;
   uint8_t token[kTokenBytes];
   uint8_t address[kTcpMaxRails][kSocketAddressWire];
+  uint32_t mbps[kTcpMaxRails];  // each rail's speed, 0 = unknown
 };
 // First bytes on each socket of a multi-rail connection, from the lower rank.
 struct Preamble {
@@ -68,6 +70,7 @@ Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRa
   }
   out->rails = in.rails;
   memcpy(out->token, in.token, kTokenBytes);
+  out->mbps.assign(in.mbps, in.mbps + in.rails);
   out->listeners.clear();
   for (uint32_t r = 0; fromListener && r < in.rails; ++r) {
     SocketAddress a;
@@ -126,6 +129,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   } else {
     for (int r = 0; r < mine; ++r) putSocketAddress(out.address[r], agreed->rails[r]);
   }
+  for (int r = 0; r < mine && r < static_cast<int>(agreed->railMbps.size()); ++r) out.mbps[r] = agreed->railMbps[r];
   COLL_TRY(bootstrap.send(peer, kTcpTagRails, &out, sizeof(out), deadline).withContext(context("rail addresses")));
   std::vector<uint8_t> raw;
   COLL_TRY(bootstrap.recv(peer, kTcpTagRails, &raw, sizeof(RailsMessage), deadline)
@@ -140,10 +144,29 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
                           .c_str())
                   .c_str());
   }
+  // Each rail at the slower end's speed (unknown where either end does not know), as weights.
+  std::vector<uint64_t> rates(static_cast<size_t>(rails));
+  for (int r = 0; r < rails; ++r) {
+    const uint64_t a = r < static_cast<int>(agreed->railMbps.size()) ? agreed->railMbps[r] : 0;
+    const uint64_t b = in.mbps[static_cast<size_t>(r)];
+    rates[static_cast<size_t>(r)] = a == 0 || b == 0 ? 0 : std::min(a, b);
+  }
+  const std::vector<uint32_t> weights = stripeWeights(rates);
+  uint32_t cycle = 0;
+  for (uint32_t w : weights) cycle += w;
+  if (cycle > 1 && weights != std::vector<uint32_t>(weights.size(), 1)) {
+    std::string text;
+    for (int r = 0; r < rails; ++r) {
+      text += (r ? ", " : "") + std::to_string(weights[static_cast<size_t>(r)]) + " on rail " + std::to_string(r) +
+              " (" + std::to_string(rates[static_cast<size_t>(r)]) + " Mbit/s)";
+    }
+    COLL_INFO(me, "%s", context(("sockets per rail in the ratio " + text).c_str()).c_str());
+  }
+  const int per = static_cast<int>(cycle);
   if (me < peer) {
-    // Every rail carries the same number of sockets.
-    agreed->streams =
-        std::min(kTcpMaxStreams / rails * rails, (std::max(agreed->streams, rails) + rails - 1) / rails * rails);
+    // Every rail carries sockets in proportion to its weight: a whole number of weight cycles.
+    agreed->streams = std::min(kTcpMaxStreams / per * per, (std::max(agreed->streams, per) + per - 1) / per * per);
+    agreed->socketRails = tcpSocketRails(weights, agreed->streams);
     Preamble pre{};
     pre.magic = kPreambleMagic;
     pre.streams = static_cast<uint32_t>(agreed->streams);
@@ -151,7 +174,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
     agreed->stripeBytes = uint64_t{1} << pre.stripeLog2;
     memcpy(pre.token, in.token, kTokenBytes);
     for (int i = 0; i < agreed->streams + rails; ++i) {
-      const int r = i < agreed->streams ? i % rails : i - agreed->streams;
+      const int r = i < agreed->streams ? agreed->socketRails[static_cast<size_t>(i)] : i - agreed->streams;
       const SocketAddress& to = in.listeners[r];
       SocketAddress from = agreed->rails[r];
       from.setPort(0);
@@ -166,6 +189,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   }
   // The higher rank: accept until every stream presented itself (strangers are dropped).
   std::vector<Socket> byIndex;
+  std::vector<uint8_t> railOfIndex;  // the rail each index must arrive on
   int got = 0;
   uint32_t streams = 0, stripeLog2 = 0;
   while (streams == 0 || got < static_cast<int>(streams) + rails) {
@@ -203,6 +227,17 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
       if (pre.index >= byIndex.size()) {
         return makeError(collRemoteError, "%s", context("a rail socket with an index beyond the rails").c_str());
       }
+      if (railOfIndex.empty()) {
+        railOfIndex = tcpSocketRails(weights, static_cast<int>(streams));
+        for (int r = 0; r < rails; ++r) railOfIndex.push_back(static_cast<uint8_t>(r));
+      }
+      if (railOfIndex[pre.index] != r) {
+        return makeError(collRemoteError, "%s",
+                         context(("socket " + std::to_string(pre.index) + " arrived on rail " + std::to_string(r) +
+                                  " instead of rail " + std::to_string(railOfIndex[pre.index]))
+                                     .c_str())
+                             .c_str());
+      }
       if (byIndex[pre.index].valid()) {
         return makeError(collRemoteError, "%s", context("two sockets claimed the same stream").c_str());
       }
@@ -212,6 +247,7 @@ Status connectTcpRails(Bootstrap& bootstrap, int peer, TcpOptions* agreed, Deadl
   }
   agreed->streams = static_cast<int>(streams);
   agreed->stripeBytes = uint64_t{1} << stripeLog2;
+  agreed->socketRails.assign(railOfIndex.begin(), railOfIndex.begin() + streams);
   for (size_t i = 0; i < byIndex.size(); ++i) (i < streams ? sockets : controls)->push_back(std::move(byIndex[i]));
   return okStatus();
 }

@@ -13,11 +13,13 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "src/base/align.h"
 #include "src/base/byte_order.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "transports/stripe_pattern.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace coll {
@@ -68,8 +70,59 @@ const IntKnob kTcpRails("COLL_TCP_RAILS", "1",
                         "over, 1-8; socket i uses rail i mod rails. Every rank must set the same.",
                         {KnobSection::Transports, 55});
 
-Status tcpRailsFromConfig(std::vector<SocketAddress>* out) {
+const StringKnob kTcpRailMbps("COLL_TCP_RAIL_MBPS", "",
+                              "With COLL_TCP_RAILS > 1: each rail's speed in Mbit/s, comma-separated in rail order "
+                              "(e.g. 25000,10000), instead of what the interfaces report (veths and shaped links "
+                              "report nothing useful). A pair gives each rail sockets in proportion to the slower "
+                              "end's speed.",
+                              {KnobSection::Transports, 57});
+
+namespace {
+
+// What the interface reports in /sys/class/net/NAME/speed (Mbit/s), 0 when nothing or nonsense.
+uint32_t interfaceMbps(const std::string& name) {
+  FILE* f = fopen(("/sys/class/net/" + name + "/speed").c_str(), "r");
+  if (f == nullptr) return 0;
+  long long v = 0;
+  const bool ok = fscanf(f, "%lld", &v) == 1;
+  fclose(f);
+  return ok && v > 0 && v < (1ll << 31) ? static_cast<uint32_t>(v) : 0;
+}
+
+Status railMbpsFromKnob(size_t rails, std::vector<uint32_t>* out) {
+  const std::string spec = kTcpRailMbps.get();
+  std::vector<uint32_t> v;
+  size_t i = 0;
+  while (i <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', i), spec.size());
+    const std::optional<double> x = parseNumber(trimSpace(spec.substr(i, comma - i)));
+    if (!x || *x < 1 || *x > 1e9 || *x != static_cast<double>(static_cast<uint32_t>(*x))) {
+      return makeError(collInvalidUsage, "COLL_TCP_RAIL_MBPS=%s: want one whole number of Mbit/s per rail",
+                       spec.c_str());
+    }
+    v.push_back(static_cast<uint32_t>(*x));
+    i = comma + 1;
+  }
+  if (v.size() != rails) {
+    return makeError(collInvalidUsage, "COLL_TCP_RAIL_MBPS=%s gives %zu speed(s) for COLL_TCP_RAILS=%zu rails",
+                     spec.c_str(), v.size(), rails);
+  }
+  *out = std::move(v);
+  return okStatus();
+}
+
+}  // namespace
+
+std::vector<uint8_t> tcpSocketRails(const std::vector<uint32_t>& weights, int streams) {
+  const StripePattern pattern(weights, 1);
+  std::vector<uint8_t> rails(static_cast<size_t>(std::max(streams, 0)));
+  for (size_t i = 0; i < rails.size(); ++i) rails[i] = static_cast<uint8_t>(pattern.lane[i % pattern.size()]);
+  return rails;
+}
+
+Status tcpRailsFromConfig(std::vector<SocketAddress>* out, std::vector<uint32_t>* mbps) {
   out->clear();
+  if (mbps != nullptr) mbps->clear();
   const int want = static_cast<int>(std::clamp<int64_t>(kTcpRails.get(), 1, kTcpMaxRails));
   if (want < 2) return okStatus();
   const std::string spec = kSocketIfname.get();
@@ -94,12 +147,16 @@ Status tcpRailsFromConfig(std::vector<SocketAddress>* out) {
   }
   std::string names;
   std::vector<std::string> taken;
+  std::vector<uint32_t> speeds;
   for (const NetInterface& n : all) {
     // One address per interface (IPv4 first, as findInterfaces orders them): a rail is a NIC.
     if (std::find(taken.begin(), taken.end(), n.name) != taken.end()) continue;
     taken.push_back(n.name);
     names += (names.empty() ? "" : ", ") + n.name + " " + n.address.toString();
-    if (static_cast<int>(out->size()) < want) out->push_back(n.address);
+    if (static_cast<int>(out->size()) < want) {
+      out->push_back(n.address);
+      speeds.push_back(interfaceMbps(n.name));
+    }
   }
   if (static_cast<int>(out->size()) < want) {
     return makeError(collInvalidUsage,
@@ -107,6 +164,8 @@ Status tcpRailsFromConfig(std::vector<SocketAddress>* out) {
                      "%s",
                      want, out->size(), spec.c_str(), names.empty() ? "none" : names.c_str());
   }
+  if (!kTcpRailMbps.get().empty()) COLL_TRY(railMbpsFromKnob(out->size(), &speeds));
+  if (mbps != nullptr) *mbps = std::move(speeds);
   return okStatus();
 }
 
@@ -195,8 +254,9 @@ void TcpConnection::Lane::advance(uint64_t stripe) {
 }
 
 uint64_t TcpConnection::Lane::lowest() const {
-  if (pos < end) return pos;
-  uint64_t m = nextStripe;
+  // After a move the queue may hold positions below the current range (what a socket carried
+  // before its cut comes first, then the pieces it was dealt).
+  uint64_t m = pos < end ? pos : nextStripe;
   for (size_t k = head; k < queue.size(); ++k) m = std::min(m, queue[k].begin);
   return m;
 }
@@ -310,11 +370,10 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
     return makeError(collInvalidArgument, "TCP connection to rank %d: %zu sockets (expected 1..%d)", peer, fds.size(),
                      kTcpMaxStreams);
   }
-  if (controls.size() == 1 || controls.size() > static_cast<size_t>(kTcpMaxRails) ||
-      (!controls.empty() && fds.size() % controls.size() != 0)) {
+  if (controls.size() == 1 || controls.size() > std::min<size_t>(kTcpMaxRails, fds.size())) {
     return makeError(collInvalidArgument,
                      "TCP connection to rank %d: %zu rail control sockets for %zu sockets (expected none, or 2..%d "
-                     "that divide the socket count)",
+                     "and no more than the sockets)",
                      peer, controls.size(), fds.size(), kTcpMaxRails);
   }
   if (!isPow2(options.stripeBytes) || options.stripeBytes < kMinStripe || options.stripeBytes > (64ull << 20)) {
@@ -329,9 +388,25 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
   const uint64_t stride = fds.size() * c->stripe_;
   std::vector<int> all = fds;
   all.insert(all.end(), controls.begin(), controls.end());
+  if (!options.socketRails.empty() && options.socketRails.size() != fds.size()) {
+    return makeError(collInvalidArgument, "TCP connection to rank %d: %zu socket rails for %zu sockets", peer,
+                     options.socketRails.size(), fds.size());
+  }
+  std::vector<bool> railUsed(controls.size(), false);
   for (size_t i = 0; i < fds.size(); ++i) {
     Stream& s = c->streams_[i];
-    s.rail = controls.empty() ? 0 : static_cast<int>(i % controls.size());
+    s.rail = controls.empty()              ? 0
+             : options.socketRails.empty() ? static_cast<int>(i % controls.size())
+                                           : options.socketRails[i];
+    if (!controls.empty()) {
+      if (static_cast<size_t>(s.rail) >= controls.size()) {
+        return makeError(collInvalidArgument, "TCP connection to rank %d: socket %zu on rail %d of %zu", peer, i,
+                         s.rail, controls.size());
+      }
+      if (!railUsed[static_cast<size_t>(s.rail)])
+        c->rails_[static_cast<size_t>(s.rail)].firstStream = static_cast<int>(i);
+      railUsed[static_cast<size_t>(s.rail)] = true;
+    }
     if (c->railed_ && s.fd >= 0) s.path = socketPath(s.fd);
     for (Lane* l : {&s.send, &s.recv}) {
       l->origin = l->nextStripe = i * c->stripe_;
@@ -380,6 +455,11 @@ Status TcpConnection::fromSockets(int peer, std::vector<int> fds, const TcpOptio
       int err = errno;
       return makeError(collSystemError, "cannot make the socket to rank %d (%s) non-blocking: %s", peer,
                        c->peerName_.c_str(), errnoText(err).c_str());
+    }
+  }
+  for (size_t r = 0; r < railUsed.size(); ++r) {
+    if (!railUsed[r]) {
+      return makeError(collInvalidArgument, "TCP connection to rank %d: rail %zu has no socket", peer, r);
     }
   }
   c->sendRing_ = static_cast<std::byte*>(aligned_alloc(4096, roundUp(c->ring_.capacity(), 4096)));
@@ -441,7 +521,8 @@ std::string TcpConnection::where(const Stream& s) const {
 }
 
 std::string TcpConnection::railName(int rail) const {
-  return "rail " + std::to_string(rail) + " (" + where(streams_[static_cast<size_t>(rail)]) + ")";
+  const Stream& first = streams_[static_cast<size_t>(rails_[static_cast<size_t>(rail)].firstStream)];
+  return "rail " + std::to_string(rail) + " (" + where(first) + ")";
 }
 
 Status TcpConnection::socketError(const Stream& s, int err, const char* what) const {
@@ -483,6 +564,7 @@ Status TcpConnection::sendOn(Stream& s, bool* progressed) {
     }
     *progressed = true;
     l.pos += static_cast<uint64_t>(n);
+    if (!rails_.empty()) rails_[static_cast<size_t>(s.rail)].bytesSent += static_cast<uint64_t>(n);
     // A short write means the socket buffer is full: the next call would only see EAGAIN.
     if (static_cast<uint64_t>(n) < len) return okStatus();
   }
@@ -546,7 +628,8 @@ void TcpConnection::flushControl() {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const int err = errno;
-        socketFailed(streams_[i], socketError(streams_[i], err, "send on the rail's control socket"));
+        const Stream& first = streams_[static_cast<size_t>(r.firstStream)];
+        socketFailed(first, socketError(first, err, "send on the rail's control socket"));
         break;
       }
       r.out.erase(r.out.begin(), r.out.begin() + n);
@@ -607,11 +690,12 @@ Status TcpConnection::pollControl(bool* progressed) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
+        const Stream& first = streams_[static_cast<size_t>(r.firstStream)];
         Status why = n == 0 ? makeError(collRemoteError,
                                         "rank %d (%s) closed the connection; check that rank's log for why it exited",
-                                        peer_, where(streams_[i]).c_str())
-                            : socketError(streams_[i], errno, "recv on the rail's control socket");
-        socketFailed(streams_[i], why);
+                                        peer_, where(first).c_str())
+                            : socketError(first, errno, "recv on the rail's control socket");
+        socketFailed(first, why);
         break;
       }
       *progressed = true;

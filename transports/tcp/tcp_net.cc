@@ -9,10 +9,11 @@ namespace {
 
 class TcpNet final : public NetTransport {
  public:
-  TcpNet(Bootstrap& bootstrap, int trafficClass, std::vector<SocketAddress> rails)
+  TcpNet(Bootstrap& bootstrap, int trafficClass, std::vector<SocketAddress> rails, std::vector<uint32_t> railMbps)
       : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {
     options_.trafficClass = trafficClass;
     options_.rails = std::move(rails);
+    options_.railMbps = std::move(railMbps);
   }
   NetKind kind() const override { return NetKind::Tcp; }
   std::string describe() const override {
@@ -42,8 +43,9 @@ class TcpNet final : public NetTransport {
 
 Status createTcpNet(Bootstrap& bootstrap, int trafficClass, std::unique_ptr<NetTransport>* out) {
   std::vector<SocketAddress> rails;
-  COLL_TRY(tcpRailsFromConfig(&rails));
-  *out = std::make_unique<TcpNet>(bootstrap, trafficClass, std::move(rails));
+  std::vector<uint32_t> mbps;
+  COLL_TRY(tcpRailsFromConfig(&rails, &mbps));
+  *out = std::make_unique<TcpNet>(bootstrap, trafficClass, std::move(rails), std::move(mbps));
   return okStatus();
 }
 

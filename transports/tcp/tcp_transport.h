@@ -36,6 +36,12 @@ struct TcpOptions {
   // Local addresses of the rails (COLL_TCP_RAILS interfaces); fewer than two: the sockets are
   // made through the bootstrap listener as ever.
   std::vector<SocketAddress> rails;
+  // Each rail's speed in Mbit/s (0 = unknown), parallel to `rails`: a pair gives each rail
+  // sockets in proportion to the slower end's speed (stripeWeights), so a faster rail carries more.
+  std::vector<uint32_t> railMbps;
+  // Set by connectTcp over several rails: the rail of each socket (empty: socket i on rail i mod
+  // rails).
+  std::vector<uint8_t> socketRails;
   // Over several rails: TCP_USER_TIMEOUT of every socket, so a rail whose link went down is found
   // lost (ETIMEDOUT) after this long with bytes unacknowledged; 0 = the kernel's (minutes).
   int railTimeoutMs = 5000;
@@ -45,9 +51,15 @@ struct TcpOptions {
 // less so that every stream has at least two stripes of the ring to work on.
 TcpOptions tcpOptionsFromConfig();
 // COLL_TCP_RAILS > 1: the addresses of the first that many interfaces COLL_SOCKET_IFNAME admits
-// (in findInterfaces' order). Fewer is an error listing them, as is a COLL_SOCKET_IFNAME name
+// (in findInterfaces' order), and their speeds (COLL_TCP_RAIL_MBPS, else what each interface
+// reports in /sys/class/net). Fewer is an error listing them, as is a COLL_SOCKET_IFNAME name
 // that matches no interface: never fewer rails than asked.
-Status tcpRailsFromConfig(std::vector<SocketAddress>* out);
+Status tcpRailsFromConfig(std::vector<SocketAddress>* out, std::vector<uint32_t>* mbps = nullptr);
+
+// The rail of each of a pair's sockets over rails of these weights (stripeWeights): socket i on
+// rail pattern[i mod sum of weights], smooth weighted round-robin, so with `streams` a multiple of
+// that sum every rail has its weight's share of the sockets. Equal weights: i mod rails.
+std::vector<uint8_t> tcpSocketRails(const std::vector<uint32_t>& weights, int streams);
 
 // The handshake the lower rank sends on the first stream: the stream count and the stripe. Remote
 // bytes: parseTcpHello checks the magic, version, 1..kTcpMaxStreams streams and a 64 B..64 MiB
@@ -68,6 +80,7 @@ struct TcpRailsInfo {
   uint32_t rails = 0;
   uint8_t token[kTcpTokenBytes] = {};
   std::vector<SocketAddress> listeners;  // from the higher rank only
+  std::vector<uint32_t> mbps;            // each rail's speed (0 = unknown)
 };
 Status parseTcpRails(const uint8_t* bytes, size_t size, bool fromListener, TcpRailsInfo* out);
 // The first bytes of each socket of such a pair, from the lower rank.
@@ -146,6 +159,8 @@ class TcpConnection final : public Connection {
   uint64_t ringBytes() const { return ring_.capacity(); }
   int rails() const { return static_cast<int>(rails_.size()); }
   int railsLost() const;
+  int streamRail(int i) const { return streams_[static_cast<size_t>(i)].rail; }
+  uint64_t railBytesSent(int rail) const { return rails_[static_cast<size_t>(rail)].bytesSent; }
 
   // Which stream positions one socket carries in one direction, in order: the current range,
   // ranges queued after it (only after a rail was lost), then the stripes origin, origin + stride,
@@ -177,6 +192,8 @@ class TcpConnection final : public Connection {
   struct Rail {
     int control = -1;
     bool lost = false;
+    int firstStream = 0;     // the rail's first socket, whose addresses name it
+    uint64_t bytesSent = 0;  // by its sockets
     std::string why;
     std::vector<uint8_t> out;  // control records not yet handed to the kernel (whole records)
     uint8_t in[kTcpControlMaxBytes] = {};
