@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     coll::TcpRailsInfo rails;
     if (coll::parseTcpRails(data, size, fromListener, &rails).ok() &&
         (rails.rails < 1 || rails.rails > static_cast<uint32_t>(coll::kTcpMaxRails) ||
-         rails.listeners.size() != (fromListener ? rails.rails : 0u))) {
+         rails.listeners.size() != (fromListener ? rails.rails : 0u) || rails.mbps.size() != rails.rails)) {
       __builtin_trap();
     }
   }

@@ -65,13 +65,13 @@ write("tcp_hello", "ok", struct.pack("<IIII", 0x636F5443, 1, 2, 19))
 write("tcp_hello", "max", struct.pack("<IIII", 0x636F5443, 1, 64, 26))
 write("tcp_hello", "too_many_streams", struct.pack("<IIII", 0x636F5443, 1, 65, 19))
 write("tcp_hello", "short", struct.pack("<III", 0x636F5443, 1, 2))
-# The same target parses the multi-rail messages: rails (magic, count, token, 8 addresses) and the
+# The same target parses the multi-rail messages: rails (magic, count, token, 8 addresses, 8 speeds) and the
 # per-socket preamble (magic, index, streams, stripe log2, token).
-def tcprails(n=2, port=5000):
+def tcprails(n=2, port=5000, mbps=(25000, 10000)):
     b = struct.pack("<II", 0x6C695254, n) + bytes(range(16))
     for r in range(8):
         b += (addr4(port + r, (127, 0, 0, 1 + r)) if r < n else bytes(24))
-    return b
+    return b + b"".join(struct.pack("<I", mbps[r] if r < len(mbps) else 0) for r in range(8))
 write("tcp_hello", "rails2", tcprails())
 write("tcp_hello", "rails_noport", tcprails(port=0))
 write("tcp_hello", "preamble", struct.pack("<IIII", 0x6D615254, 1, 4, 19) + bytes(range(16)))

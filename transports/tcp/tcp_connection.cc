@@ -67,7 +67,8 @@ Status applyTrafficClass(int fd, sa_family_t family, int trafficClass, int peer,
 
 const IntKnob kTcpRails("COLL_TCP_RAILS", "1",
                         "Interfaces (the first that COLL_SOCKET_IFNAME admits) each tcp connection spreads its sockets "
-                        "over, 1-8; socket i uses rail i mod rails. Every rank must set the same.",
+                        "over, 1-8, with sockets in proportion to the rails' speeds (COLL_TCP_RAIL_MBPS); a rail lost "
+                        "mid-run moves its traffic to the others. Every rank must set the same.",
                         {KnobSection::Transports, 55});
 
 const StringKnob kTcpRailMbps("COLL_TCP_RAIL_MBPS", "",
