@@ -403,7 +403,7 @@ void pumpWithCuts(const TcpOptions& o, int rails, uint64_t total, const std::vec
   size_t nextCut = 0;
   // Cuts between a's progress calls, as a failure would come.
   ok[0] = pumpStream(a.get(), total, 1, 2, 10, 5000, &errors[0], {}, 0, nullptr, nullptr, [&] {
-    if (nextCut < cuts.size() && a->receivedBytes() >= cuts[nextCut].afterBytes) cutRail(cuts[nextCut++]);
+    while (nextCut < cuts.size() && a->receivedBytes() >= cuts[nextCut].afterBytes) cutRail(cuts[nextCut++]);
   });
   tb.join();
   if (keepA != nullptr) *keepA = std::move(a);
@@ -453,6 +453,19 @@ TEST(TcpRails, TheLastRailLostFailsNamingEveryRail) {
     EXPECT_NE(errors[r].find("every rail to rank"), std::string::npos) << "rank " << r << ": " << errors[r];
     EXPECT_NE(errors[r].find("rail 0 ("), std::string::npos) << "rank " << r << ": " << errors[r];
     EXPECT_NE(errors[r].find("rail 1 ("), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+}
+
+// Two rails lost at once: the second is lost while the first's traffic is being moved, which
+// fails the connection at both ends, naming both rails.
+TEST(TcpRails, ASecondRailLostDuringAMoveFails) {
+  bool ok[2] = {true, true};
+  std::string errors[2];
+  pumpWithCuts(smallOptions(8, 64 << 10, 4 << 10), 4, 8 << 20, {{1, 1 << 20, true}, {2, 1 << 20, true}}, ok, errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(ok[r]) << "rank " << r;
+    EXPECT_NE(errors[r].find("while the traffic of the lost rail"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
   }
 }
 

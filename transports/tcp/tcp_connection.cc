@@ -709,7 +709,7 @@ Status TcpConnection::pollControl(bool* progressed) {
         if (bytes == 0 || bytes > r.inBytes) break;
         memmove(r.in, r.in + bytes, r.inBytes - bytes);
         r.inBytes -= bytes;
-        COLL_TRY(onControl(static_cast<int>(i), record));
+        COLL_TRY(onControl(record));
         if (r.lost) break;
       }
     }
@@ -717,8 +717,7 @@ Status TcpConnection::pollControl(bool* progressed) {
   return okStatus();
 }
 
-Status TcpConnection::onControl(int rail, const TcpControl& record) {
-  (void)rail;
+Status TcpConnection::onControl(const TcpControl& record) {
   const auto context = [&](const char* what) {
     return std::string(what) + " from rank " + std::to_string(peer_) + " (" + peerName_ + ")";
   };

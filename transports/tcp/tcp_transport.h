@@ -222,7 +222,7 @@ class TcpConnection final : public Connection {
   void queueControl(const TcpControl& record);
   Status pollControl(bool* progressed);
   void flushControl();
-  Status onControl(int rail, const TcpControl& record);
+  Status onControl(const TcpControl& record);
   Status applyPeerLost(const TcpControl& record);
   Status applySwitch(const TcpControl& record);
   void finishRecovery();
