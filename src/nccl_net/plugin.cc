@@ -8,7 +8,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -246,13 +245,6 @@ void acceptSide(PendingPair* p, ListenComm* l) {
   p->finished.store(true, std::memory_order_release);
 }
 
-std::string readLine(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
 Status chooseKind(NetKind* out) {
   std::string why;
   const uint32_t available = probeNetAvailability(&why);
@@ -316,8 +308,7 @@ ncclResult_t pluginInit(ncclDebugLogger_t logger) {
     d.pciPath = real;
     free(real);
   }
-  int speed = atoi(readLine("/sys/class/net/" + g.iface.name + "/speed").c_str());
-  if (speed > 0) d.speedMbps = speed;
+  if (const uint32_t speed = interfaceSpeedMbps(g.iface.name); speed > 0) d.speedMbps = static_cast<int>(speed);
   d.members = {0};
   g.devices = {d};
   COLL_INFO(-1, "using %s over %s (%s)", netKindName(g.kind), g.iface.name.c_str(), g.iface.address.toString().c_str());

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -282,6 +283,15 @@ Status parseSocketFamily(const std::string& text, int* family) {
     return makeError(collInvalidUsage, "COLL_SOCKET_FAMILY=%s is not AF_INET or AF_INET6", text.c_str());
   }
   return okStatus();
+}
+
+uint32_t interfaceSpeedMbps(const std::string& name) {
+  FILE* f = fopen(("/sys/class/net/" + name + "/speed").c_str(), "r");
+  if (f == nullptr) return 0;
+  long long v = 0;
+  const bool ok = fscanf(f, "%lld", &v) == 1;
+  fclose(f);
+  return ok && v > 0 && v < (1ll << 31) ? static_cast<uint32_t>(v) : 0;
 }
 
 Status findInterfaces(const std::string& spec, int family, std::vector<NetInterface>* out) {

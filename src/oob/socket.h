@@ -55,6 +55,9 @@ struct NetInterface {
 // exact), optionally one address family (AF_UNSPEC for both). With an empty spec: non-loopback
 // interfaces first (excluding docker*), loopback only if nothing else exists.
 Status findInterfaces(const std::string& spec, int family, std::vector<NetInterface>* out);
+
+// The speed the interface reports (/sys/class/net/NAME/speed) in Mbit/s; 0 when it reports none.
+uint32_t interfaceSpeedMbps(const std::string& name);
 // The interface to bind to for this process, from COLL_SOCKET_IFNAME / COLL_SOCKET_FAMILY.
 Status selectInterface(NetInterface* out);
 // As selectInterface, but among the allowed interfaces prefers `family` (when

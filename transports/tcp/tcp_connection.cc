@@ -16,7 +16,6 @@
 #include <optional>
 
 #include "src/base/align.h"
-#include "src/base/byte_order.h"
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/stripe_pattern.h"
@@ -79,16 +78,6 @@ const StringKnob kTcpRailMbps("COLL_TCP_RAIL_MBPS", "",
                               {KnobSection::Transports, 57});
 
 namespace {
-
-// What the interface reports in /sys/class/net/NAME/speed (Mbit/s), 0 when nothing or nonsense.
-uint32_t interfaceMbps(const std::string& name) {
-  FILE* f = fopen(("/sys/class/net/" + name + "/speed").c_str(), "r");
-  if (f == nullptr) return 0;
-  long long v = 0;
-  const bool ok = fscanf(f, "%lld", &v) == 1;
-  fclose(f);
-  return ok && v > 0 && v < (1ll << 31) ? static_cast<uint32_t>(v) : 0;
-}
 
 Status railMbpsFromKnob(size_t rails, std::vector<uint32_t>* out) {
   const std::string spec = kTcpRailMbps.get();
@@ -156,7 +145,7 @@ Status tcpRailsFromConfig(std::vector<SocketAddress>* out, std::vector<uint32_t>
     names += (names.empty() ? "" : ", ") + n.name + " " + n.address.toString();
     if (static_cast<int>(out->size()) < want) {
       out->push_back(n.address);
-      speeds.push_back(interfaceMbps(n.name));
+      speeds.push_back(interfaceSpeedMbps(n.name));
     }
   }
   if (static_cast<int>(out->size()) < want) {
@@ -676,7 +665,6 @@ void TcpConnection::railLost(int rail, const std::string& why) {
     if (!s.recv.plain()) record.flags = 0;
     record.values.push_back(s.recv.pos);
   }
-  recovery_.lostPositions = record.values;
   // The rail may have carried the last acknowledgement: repeat it.
   queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
   ackSent_ = consumed_;
@@ -850,14 +838,9 @@ Status TcpConnection::applySwitch(const TcpControl& record) {
   }
   if (k != record.values.size()) return makeError(collRemoteError, "more cuts than live sockets");
   std::vector<Lane> lostAt;
-  size_t j = 0;
-  for (Stream& s : streams_) {
-    if (s.rail != rail) continue;
-    Lane l = s.recv;  // stands where this end's Lost said
-    if (j >= recovery_.lostPositions.size() || l.pos != recovery_.lostPositions[j++]) {
-      return makeError(collInternalError, "the lost rail's receive positions moved");
-    }
-    lostAt.push_back(l);
+  for (const Stream& s : streams_) {
+    // Where this end's Lost said: nothing was read from the rail since.
+    if (s.rail == rail) lostAt.push_back(s.recv);
   }
   for (const Lane& l : atCut) from.push_back(&l);
   for (const Lane& l : lostAt) from.push_back(&l);

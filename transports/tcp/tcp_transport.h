@@ -205,7 +205,6 @@ class TcpConnection final : public Connection {
     int rail = -1;
     bool awaitingPeerLost = false;
     bool awaitingSwitch = false;
-    std::vector<uint64_t> lostPositions;  // what this end's Lost said
   };
   Status closedReason_;  // set when a socket closed; reported by checkHealth()
   Status failed_;        // every rail lost, or a second during a move: progress() fails with it
