@@ -51,9 +51,13 @@ class NetTransport {
 
   // The communicator brackets every call's use of this transport (connections made, progressed,
   // slept on) with these, on the thread that runs the call. Between calls a transport whose
-  // sends need its own progress after they completed (UCX) drives itself; inside, only the caller.
+  // connections need progress after a call completed (UCX's sends, tcp over several rails) drives
+  // itself (IdleProgress); inside, only the caller.
   virtual void enterCall() {}
   virtual void leaveCall() {}
+  // The communicator calls this before it destroys the connections: the transport's own progress
+  // between calls ends for good.
+  virtual void stopIdleProgress() {}
 };
 
 // Availability on this process, probed before the bootstrap (each rank publishes its mask in the

@@ -26,6 +26,7 @@ Connections::Connections(const Topology& topo, FailureManager& failure) : topo_(
 Connections::~Connections() { close(); }
 
 void Connections::close() {
+  if (net_) net_->stopIdleProgress();  // its thread may be progressing the connections
   madeConnections_.clear();
   connections_.clear();
   net_.reset();

@@ -430,6 +430,75 @@ TEST(TcpRails, ALostRailMovesItsTrafficToTheOthers) {
   }
 }
 
+// A rail lost after the sender's call completed (its bytes handed to the kernel, some of them
+// then lost with the rail at the receiver): the receiver cannot finish until the sender answers,
+// and the sender's progress between calls (the transport's idle thread) does, with no call of its
+// own. Its acknowledgements between calls free the peer's ring too.
+TEST(TcpRails, ARailLostBetweenCallsMovesWithoutAnotherCall) {
+  const TcpOptions o = smallOptions(4, 64 << 10, 4 << 10);
+  const int rails = 2;
+  std::unique_ptr<TcpConnection> a, b;
+  std::vector<int> fdsA, fdsB;
+  makeRailedPair(o, rails, &a, &b, &fdsA, &fdsB);
+  ASSERT_TRUE(a && b);
+  const size_t total = 48 << 10;
+  auto byteAt = [](size_t i) { return static_cast<std::byte>((i * 131 + 7) & 0xff); };
+  auto space = a->sendSpace();
+  ASSERT_GE(space.size(), total);
+  for (size_t i = 0; i < total; ++i) space[i] = byteAt(i);
+  a->sendCommit(total);
+  bool progressed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!a->sendsFlushed() && std::chrono::steady_clock::now() < deadline) ASSERT_TRUE(a->progress(&progressed).ok());
+  ASSERT_TRUE(a->sendsFlushed());  // the sender's call would complete here
+
+  // Rail 1 fails at the receiver, with the bytes that reached it there.
+  for (int i = 0; i < o.streams; ++i) {
+    if (b->streamRail(i) == 1) shutdown(fdsB[i], SHUT_RDWR);
+  }
+  shutdown(fdsB[o.streams + 1], SHUT_RDWR);
+  size_t got = 0;
+  std::string wrong;
+  auto receive = [&](int ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (got < total && std::chrono::steady_clock::now() < until) {
+      Status st = b->progress(&progressed);
+      ASSERT_TRUE(st.ok()) << st.message();
+      auto data = b->recvData();
+      for (size_t i = 0; i < data.size() && wrong.empty(); ++i) {
+        if (data[i] != byteAt(got + i)) wrong = "byte " + std::to_string(got + i);
+      }
+      got += data.size();
+      b->recvConsume(data.size());
+    }
+  };
+  receive(300);
+  EXPECT_LT(got, total) << "the lost rail carried none of the bytes: the test shows nothing";
+  EXPECT_EQ(b->railsLost(), 1);
+  // Now the sender's idle progress runs (here between the receiver's polls, on the same thread).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got < total && std::chrono::steady_clock::now() < until) {
+    a->progressBetweenCalls();
+    receive(1);
+  }
+  EXPECT_EQ(got, total);
+  EXPECT_EQ(wrong, "");
+  EXPECT_EQ(a->railsLost(), 1);
+  EXPECT_TRUE(a->checkHealth().ok()) << a->checkHealth().message();
+
+  // The receiver consumed everything; between calls it says so, and the sender's whole ring is
+  // free again: past the ring's end, all that the first message used.
+  for (int i = 0; i < 20; ++i) {
+    b->progressBetweenCalls();
+    a->progressBetweenCalls();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const size_t tail = a->sendSpace().size();
+  ASSERT_EQ(tail, a->ringBytes() - total);
+  a->sendCommit(tail);
+  EXPECT_EQ(a->sendSpace().size(), total);
+}
+
 // Rails lost one after the other, each once the previous move is done: the stream stays exact.
 TEST(TcpRails, RailsLostOneAfterTheOther) {
   bool ok[2] = {false, false};

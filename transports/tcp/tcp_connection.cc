@@ -914,6 +914,16 @@ Status TcpConnection::progress(bool* progressed) {
   return failed_;
 }
 
+void TcpConnection::progressBetweenCalls() {
+  if (rails_.empty() || !failed_.ok()) return;
+  // The peer's ring keeps every byte until it hears this: tell it before its next call needs room.
+  if (consumed_ != ackSent_) {
+    queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
+    ackSent_ = consumed_;
+  }
+  (void)progress(nullptr);  // failed_ is sticky: the next call's progress() reports it
+}
+
 void TcpConnection::appendPollFds(std::vector<pollfd>* fds) const {
   for (const Stream& s : streams_) {
     if (s.closed) continue;  // always readable: it would turn the wait into a spin

@@ -1,5 +1,6 @@
 // The tcp NetTransport: TCP connections made through the bootstrap (tcp_connect.cc), and the
 // communicator's sleep on their sockets.
+#include "transports/idle_progress.h"
 #include "transports/net.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -10,11 +11,14 @@ namespace {
 class TcpNet final : public NetTransport {
  public:
   TcpNet(Bootstrap& bootstrap, int trafficClass, std::vector<SocketAddress> rails, std::vector<uint32_t> railMbps)
-      : bootstrap_(bootstrap), options_(tcpOptionsFromConfig()) {
+      : bootstrap_(bootstrap),
+        options_(tcpOptionsFromConfig()),
+        idle_(bootstrap.rank(), "tcp rails", [this] { return idleStep(); }) {
     options_.trafficClass = trafficClass;
     options_.rails = std::move(rails);
     options_.railMbps = std::move(railMbps);
   }
+  ~TcpNet() override { idle_.stop(); }
   NetKind kind() const override { return NetKind::Tcp; }
   std::string describe() const override {
     std::string s = "tcp (" + std::to_string(options_.streams) + " socket(s) per peer";
@@ -32,11 +36,29 @@ class TcpNet final : public NetTransport {
     for (const TcpConnection* c : connections_) c->appendPollFds(fds);
     return true;
   }
+  // Only over several rails does a connection need progress between calls (progressBetweenCalls).
+  void enterCall() override {
+    if (railed()) idle_.enterCall();
+  }
+  void leaveCall() override {
+    if (railed()) idle_.leaveCall();
+  }
+  void stopIdleProgress() override { idle_.stop(); }
 
  private:
+  bool railed() const { return options_.rails.size() >= 2; }
+  IdleProgress::Sleep idleStep() {
+    // Detection waits for COLL_TCP_RAIL_TIMEOUT_MS anyway; answering the peer's failover records a
+    // few tens of milliseconds late costs nothing next to it.
+    constexpr int kStepMs = 20;
+    for (TcpConnection* c : connections_) c->progressBetweenCalls();
+    return IdleProgress::Sleep{-1, kStepMs};
+  }
+
   Bootstrap& bootstrap_;
   TcpOptions options_;
   std::vector<TcpConnection*> connections_;  // owned by the communicator, which outlives none of them
+  IdleProgress idle_;                        // over several rails
 };
 
 }  // namespace

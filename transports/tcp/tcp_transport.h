@@ -150,6 +150,12 @@ class TcpConnection final : public Connection {
   bool sendsFlushed() const override { return sendOut_ >= committed_; }
   uint64_t flushedBytes() const override { return sendOut_; }
 
+  // Between calls, over several rails (the transport's idle progress): a rail may fail under bytes
+  // the last call handed to the kernel, and the peer's failover needs this end's answer before
+  // this rank makes another call with it, which may wait for that peer. So this watches the rails,
+  // answers and moves traffic as progress() does, and acknowledges what this end consumed. Its
+  // errors wait for the next call. A no-op over one rail.
+  void progressBetweenCalls();
   // For the communicator's sleep: POLLIN on every socket, POLLOUT where committed bytes wait.
   void appendPollFds(std::vector<pollfd>* fds) const;
   int streams() const { return static_cast<int>(streams_.size()); }

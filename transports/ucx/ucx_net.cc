@@ -2,19 +2,16 @@
 // the bootstrap, endpoints with peer error handling, the worker's event fd for sleeping; and the
 // availability probe (does ucp_init work, does UCX drive an RDMA device).
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <system_error>
 
 #include "src/base/align.h"
 #include "src/base/config.h"
@@ -284,7 +281,7 @@ Status UcxNet::create(Bootstrap& bootstrap, const UcxOptions& options, std::uniq
     }
   }
   // One worker per communicator, never shared: used by one thread at a time (the one running the
-  // communicator's call, or between calls the net's idle progress, handed over under idleMu_), so
+  // communicator's call, or between calls the net's idle progress, handed over by idle_), so
   // UCX needs no locks of its own.
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
@@ -342,83 +339,12 @@ void UcxNet::retire(ucp_ep_h ep, bool flush) {
   retired_.push_back(Retired{ep, req});
 }
 
-void UcxNet::enterCall() {
-  std::lock_guard<std::mutex> lock(idleMu_);
-  inCall_ = true;
-  ++calls_;
-}
-
-void UcxNet::leaveCall() {
-  std::lock_guard<std::mutex> lock(idleMu_);
-  inCall_ = false;
-  if (parked_) idleCv_.notify_one();  // a system call only when the thread sleeps there
-  if (idleThread_.joinable() || idleStop_) return;
-  // Started after the first call, on the thread that runs calls: a net that only the NCCL net
-  // plugin drives (no calls) never has one.
-  std::string why;
-  idleWakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (idleWakeFd_ < 0) {
-    why = std::string("eventfd: ") + strerror(errno);
-  } else {
-    try {
-      idleThread_ = std::thread([this] { idleProgress(); });
-      return;
-    } catch (const std::system_error& e) {
-      why = e.what();
-      close(idleWakeFd_);
-      idleWakeFd_ = -1;
-    }
-  }
-  idleStop_ = true;
-  COLL_WARN(rank_,
-            "UCX: no thread for idle progress (%s); a peer may wait for this rank's next call to receive "
-            "the end of its last one",
-            why.c_str());
-}
-
-void UcxNet::idleProgress() {
-  constexpr int kIdleMs = 2;     // how long the owner stays out of calls before this thread steps in
+IdleProgress::Sleep UcxNet::idleStep() {
   constexpr int kWatchMs = 100;  // the longest sleep with the worker's event fd armed
-  uint64_t seen = ~uint64_t{0};
-  bool watchEvents = false;
-  for (;;) {
-    pollfd fds[2] = {{idleWakeFd_, POLLIN, 0}, {eventFd_, POLLIN, 0}};
-    (void)::poll(fds, watchEvents ? 2 : 1, watchEvents ? kWatchMs : kIdleMs);
-    std::unique_lock<std::mutex> lock(idleMu_);
-    if (idleStop_) return;
-    if (inCall_) {
-      // The owner is in a call, which progresses the worker itself: sleep until it leaves (a
-      // long call would otherwise wake this thread every kIdleMs, taking a core from a rank).
-      parked_ = true;
-      idleCv_.wait(lock, [this] { return !inCall_ || idleStop_; });
-      parked_ = false;
-      if (idleStop_) return;
-    }
-    if (calls_ != seen) {
-      // The owner has been in a call since the last look: the worker is its business (and its
-      // event fd is not watched meanwhile, or this thread would wake on every event).
-      seen = calls_;
-      watchEvents = false;
-      continue;
-    }
-    for (int i = 0; i < 1024 && ucp_worker_progress(worker_) != 0; ++i) {
-    }
-    watchEvents = eventFd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK;
+  for (int i = 0; i < 1024 && ucp_worker_progress(worker_) != 0; ++i) {
   }
-}
-
-void UcxNet::stopIdleProgress() {
-  {
-    std::lock_guard<std::mutex> lock(idleMu_);
-    idleStop_ = true;
-    idleCv_.notify_one();
-  }
-  if (idleWakeFd_ < 0) return;
-  const uint64_t one = 1;
-  (void)!write(idleWakeFd_, &one, sizeof(one));
-  if (idleThread_.joinable()) idleThread_.join();
-  close(idleWakeFd_);
-  idleWakeFd_ = -1;
+  if (eventFd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK) return IdleProgress::Sleep{eventFd_, kWatchMs};
+  return IdleProgress::Sleep{};
 }
 
 UcxNet::~UcxNet() {

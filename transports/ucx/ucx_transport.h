@@ -4,18 +4,16 @@
 
 #include <ucp/api/ucp.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "src/base/deadline.h"
 #include "src/base/status.h"
 #include "src/oob/bootstrap.h"
+#include "transports/idle_progress.h"
 #include "transports/net.h"
 #include "transports/stream_ring.h"
 #include "transports/transport.h"
@@ -66,10 +64,10 @@ class UcxNet final : public NetTransport {
   std::string describe() const override;
   Status connect(int peer, Deadline deadline, std::unique_ptr<Connection>* out) override;
   bool prepareSleep(std::vector<pollfd>* fds) override;
-  void enterCall() override;
-  void leaveCall() override;
-  // Ends the idle progress (see idleProgress): before the owner tears anything down.
-  void stopIdleProgress();
+  void enterCall() override { idle_.enterCall(); }
+  void leaveCall() override { idle_.leaveCall(); }
+  // Ends the idle progress: before the owner tears anything down.
+  void stopIdleProgress() override { idle_.stop(); }
 
   // Drives the worker at most once per round over the connections (see UcxConnection::progress).
   void progressWorker(uint64_t* seenRound);
@@ -90,7 +88,8 @@ class UcxNet final : public NetTransport {
   void noteStuckRequests() { stuckRequests_ = true; }
 
  private:
-  UcxNet(Bootstrap& bootstrap, const UcxOptions& options) : bootstrap_(bootstrap), options_(options) {}
+  UcxNet(Bootstrap& bootstrap, const UcxOptions& options)
+      : bootstrap_(bootstrap), options_(options), idle_(bootstrap.rank(), "UCX", [this] { return idleStep(); }) {}
   static ucs_status_t onData(void* arg, const void* header, size_t headerLength, void* data, size_t length,
                              const ucp_am_recv_param_t* param);
   static ucs_status_t onCredit(void* arg, const void* header, size_t headerLength, void* data, size_t length,
@@ -101,7 +100,7 @@ class UcxNet final : public NetTransport {
   Status createEndpoint(UcxConnection* conn, int peer, const std::string& peerName, const uint8_t* address,
                         ucp_ep_h* out);
 
-  void idleProgress();
+  IdleProgress::Sleep idleStep();
 
   Bootstrap& bootstrap_;
   UcxOptions options_;
@@ -129,21 +128,10 @@ class UcxNet final : public NetTransport {
   bool stuckRequests_ = false;  // then the worker and context are left alive (see ~UcxNet)
   int rank_ = -1;
 
-  // Idle progress: UCX moves a message only inside its worker's progress, and a send completes
-  // once UCX has copied it, perhaps to its own buffer with part of it not yet in the socket. A
-  // rank whose call ended and that then waits elsewhere (another lane, its own computation) would
-  // leave its peer waiting for the rest. So between calls a thread of the net's own progresses
-  // the worker, once the owner has stayed out of calls for a while (back-to-back calls never
-  // wake it; during a call it sleeps on idleCv_). idleMu_ hands the worker over: the owner holds
-  // inCall_ for a whole call.
-  std::mutex idleMu_;
-  std::condition_variable idleCv_;  // the thread waits here while the owner is in a call
-  bool parked_ = false;             // ... and says so, so leaveCall notifies only then
-  bool inCall_ = false;
-  bool idleStop_ = false;
-  uint64_t calls_ = 0;   // calls entered, so the thread sees an owner that came and went
-  int idleWakeFd_ = -1;  // eventfd: stops the thread's poll
-  std::thread idleThread_;
+  // UCX moves a message only inside its worker's progress, and a send completes once UCX has
+  // copied it, perhaps to its own buffer with part of it not yet in the socket: between calls the
+  // idle progress drives the worker (idleStep), handed over with the owner's calls.
+  IdleProgress idle_;
 };
 
 // A connection to one peer. Data is sent as active messages from the send ring at the same ring
