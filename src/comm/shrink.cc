@@ -1,6 +1,7 @@
-// collCommShrink's agreement: each survivor sends the leader (the lowest surviving rank) its exclude
-// list over the parent's bootstrap; the leader checks that they agree, starts the new rendezvous and
-// answers every survivor with its unique id (or with why not), and all join the new communicator.
+// collCommShrink's agreement: the survivors form an 8-ary tree in parent-rank order; each sends its
+// parent its exclude list and what its subtree found wrong, each parent checks its children's lists
+// against its own; the leader (the lowest survivor) starts the new rendezvous and its answer (the
+// unique id, or why not) goes back down the tree; all join the new communicator.
 #include "src/comm/shrink.h"
 
 #include <algorithm>
@@ -20,6 +21,7 @@ namespace {
 constexpr uint32_t kRequestMagic = 0x51524853u;                            // "SHRQ" as little-endian bytes
 constexpr uint32_t kReplyMagic = 0x50524853u;                              // "SHRP"
 constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                   // magic seq nranks count digest listed
+constexpr size_t kRequestTrailer = 4 + 4 + 4;                              // after the list: code problems textLen
 constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + sizeof(collUniqueId) + 4;  // magic seq code newNranks id textLen
 
 using le::get32;
@@ -36,10 +38,9 @@ std::string rankSet(const std::vector<int>& ranks) {
   return s + "}";
 }
 
-// What differs between the leader's list and a survivor's, in words.
-std::string listDifference(const std::vector<int>& mine, int leader, const ShrinkRequest& theirs, int them) {
-  std::string head = "rank " + std::to_string(them) + " passed different excludeRanks than the leader (rank " +
-                     std::to_string(leader) + ")";
+// What differs between this rank's list and a survivor's (its child in the agreement's tree), in words.
+std::string listDifference(const std::vector<int>& mine, int me, const ShrinkRequest& theirs, int them) {
+  std::string head = "rank " + std::to_string(them) + " passed different excludeRanks than rank " + std::to_string(me);
   if (theirs.listed.size() != theirs.excludeCount || mine.size() > kShrinkMaxListed) {
     return head + ": " + std::to_string(theirs.excludeCount) + " against " + std::to_string(mine.size()) +
            " ranks excluded (the lists are too long to compare rank by rank)";
@@ -51,7 +52,7 @@ std::string listDifference(const std::vector<int>& mine, int leader, const Shrin
   std::string s = head + ":";
   if (!onlyTheirs.empty()) s += " " + rankSet(onlyTheirs) + " only in rank " + std::to_string(them) + "'s list";
   if (!onlyTheirs.empty() && !onlyMine.empty()) s += ",";
-  if (!onlyMine.empty()) s += " " + rankSet(onlyMine) + " only in rank " + std::to_string(leader) + "'s list";
+  if (!onlyMine.empty()) s += " " + rankSet(onlyMine) + " only in rank " + std::to_string(me) + "'s list";
   return s + "; every survivor must pass the same excludeRanks";
 }
 
@@ -62,111 +63,136 @@ Status joinNew(const collUniqueId& id, int newNranks, int newRank, const CommCon
                    std::to_string(newNranks));
 }
 
-// The leader waits this long for the survivors' requests: survivors learn of a failure at different
-// times (a peer's EOF at once, a propagated failure later, a timeout last), up to about two
-// timeouts apart. A survivor waits for the answer twice as long, as it may have come first.
+// The agreement runs along a tree of the survivors in parent-rank order: survivor i has children
+// kTreeFanout * i + 1 .. kTreeFanout * i + kTreeFanout and parent (i - 1) / kTreeFanout, so no rank
+// handles more than kTreeFanout + 1 requests and answers, whatever the size.
+constexpr size_t kTreeFanout = 8;
+// A rank of height h (levels below it) waits this many timeouts for its children's requests:
+// survivors learn of a failure at different times (a peer's EOF at once, a propagated failure
+// later, a timeout last), up to about two timeouts apart, and each level below may add the wait of
+// its own. A survivor waits for the answer this many timeouts plus the tree's height, as it may
+// have come first.
 constexpr int64_t kGatherTimeouts = 2;
 constexpr int64_t kAnswerTimeouts = 4;
 // Error answers are best effort: a survivor that went away meanwhile must not hold up the others.
 constexpr int64_t kErrorAnswerMs = 2000;
 
-Status lead(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
-            const std::vector<int>& survivors, ShrinkAgreement* out) {
+// The levels below survivor `i` of `n` (the leftmost path is the deepest).
+int64_t treeHeight(size_t i, size_t n) {
+  int64_t h = 0;
+  for (size_t first = i; kTreeFanout * first + 1 < n; first = kTreeFanout * first + 1) ++h;
+  return h;
+}
+
+// What a subtree found wrong: the first problem and how many there were.
+struct Problems {
+  Status first;
+  uint32_t count = 0;
+  void add(const Status& st, uint32_t n = 1) {
+    if (first.ok()) first = st;
+    count += n;
+  }
+};
+
+// The answer a rank that failed below the leader gives its children: why, in its own name.
+std::vector<uint8_t> errorReply(int me, uint32_t seq, const Status& why) {
+  static const std::string kPrefix = "collCommShrink: ";
+  std::string text = why.message();
+  if (text.compare(0, kPrefix.size(), kPrefix) == 0) text.erase(0, kPrefix.size());
+  ShrinkReply reply;
+  reply.seq = seq;
+  reply.code = why.code();
+  reply.message = ("rank " + std::to_string(me) + ": " + text).substr(0, kShrinkMaxText);
+  return encodeShrinkReply(reply);
+}
+
+// Passes the answer down. A child that cannot be given a success leaves its subtree out of the
+// new rendezvous, where the others would wait for it until their timeout: that fails this rank.
+Status answerChildren(Bootstrap& bs, uint32_t tag, int64_t timeoutMs, const std::vector<int>& children,
+                      const std::vector<uint8_t>& bytes, bool success) {
+  Status failed;
+  for (int c : children) {
+    Deadline d = Deadline::afterMs(success ? timeoutMs : std::min(timeoutMs, kErrorAnswerMs));
+    Status st = bs.send(c, tag, bytes.data(), bytes.size(), d);
+    if (st.ok()) continue;
+    if (!success) {
+      COLL_WARN(bs.rank(), "collCommShrink: could not tell rank %d why the shrink failed: %s", c, st.message().c_str());
+    } else if (failed.ok()) {
+      failed = Status(st.code(), "collCommShrink: could not give rank " + std::to_string(c) +
+                                     " the survivors' rendezvous: " + st.message());
+    }
+  }
+  return failed;
+}
+
+// This rank's children's requests, each checked against this rank's own list, with what their
+// subtrees found.
+Problems gatherChildren(Bootstrap& bs, uint32_t seq, int64_t gatherMs, const std::vector<int>& excluded,
+                        const std::vector<int>& children) {
   const int me = bs.rank(), n = bs.nranks();
   const uint32_t tag = shrinkTag(seq);
   const uint64_t digest = shrinkDigest(n, excluded);
-  const int64_t gatherMs = kGatherTimeouts * timeoutMs;
   Deadline gather = Deadline::afterMs(gatherMs);
-  Status problem;
-  int problems = 0;
-  for (int s : survivors) {
-    if (s == me) continue;
+  Problems problems;
+  for (int c : children) {
     std::vector<uint8_t> msg;
     ShrinkRequest req;
-    Status st = bs.recv(s, tag, &msg, shrinkRequestMaxBytes(n), gather);
+    Status st = bs.recv(c, tag, &msg, shrinkRequestMaxBytes(n), gather);
     if (st.code() == collTimeout) {
       st = makeError(collTimeout,
                      "rank %d did not join within %lld ms: every rank not in excludeRanks must call "
                      "collCommShrink; if rank %d failed or is stalled, add it to excludeRanks",
-                     s, static_cast<long long>(gatherMs), s);
+                     c, static_cast<long long>(gatherMs), c);
     } else if (st.ok()) {
-      st = decodeShrinkRequest(msg.data(), msg.size(), n, &req).withContext("the request of rank " + std::to_string(s));
+      st = decodeShrinkRequest(msg.data(), msg.size(), n, &req).withContext("the request of rank " + std::to_string(c));
     }
     if (st.ok() && req.seq != seq) {
       st = makeError(collInvalidUsage,
-                     "rank %d is at its shrink #%u of this communicator and the leader (rank %d) at #%u: every "
-                     "survivor must make the same collCommShrink calls",
-                     s, req.seq + 1, me, seq + 1);
+                     "rank %d is at its shrink #%u of this communicator and rank %d at #%u: every survivor must "
+                     "make the same collCommShrink calls",
+                     c, req.seq + 1, me, seq + 1);
     }
     if (st.ok() && (req.excludeCount != excluded.size() || req.digest != digest)) {
-      st = Status(collInvalidUsage, listDifference(excluded, me, req, s));
+      st = Status(collInvalidUsage, listDifference(excluded, me, req, c));
     }
     if (!st.ok()) {
-      if (problem.ok()) problem = st;
-      ++problems;
+      problems.add(st);
+    } else if (req.problems > 0) {
+      problems.add(Status(req.code, printableText(req.message.data(), req.message.size())), req.problems);
     }
   }
-  // A rank this leader excluded that asked anyway: its list differs. Only the requests already here
-  // can be seen; a later one waits for its own timeout.
-  std::vector<int> replyTo;
-  for (int s : survivors) {
-    if (s != me) replyTo.push_back(s);
-  }
-  for (int x : excluded) {
-    std::vector<uint8_t> msg;
-    if (!bs.recv(x, tag, &msg, shrinkRequestMaxBytes(n), Deadline::afterMs(0)).ok()) continue;
-    replyTo.push_back(x);
-    if (problem.ok()) {
-      problem = makeError(collInvalidUsage,
-                          "rank %d called collCommShrink but the leader (rank %d) excludes it: every survivor must "
-                          "pass the same excludeRanks",
-                          x, me);
-    }
-    ++problems;
-  }
-  ShrinkReply reply;
-  reply.seq = seq;
-  if (problem.ok()) {
+  return problems;
+}
+
+// The leader: decides, and starts the survivors' rendezvous when all is well.
+Status decide(Bootstrap& bs, uint32_t seq, size_t survivors, Problems problems, ShrinkReply* reply) {
+  reply->seq = seq;
+  if (problems.first.ok()) {
     Secret secret;
     Status st = randomSecret(&secret);
     // Where this rank's listener is, the survivors can reach: the new root listens there too.
-    SocketAddress bind = bs.peer(me).address;
+    SocketAddress bind = bs.peer(bs.rank()).address;
     bind.setPort(0);
-    if (st.ok()) st = startBootstrapRoot(bind, &secret, &reply.id);
-    if (!st.ok()) problem = st.withContext("starting the survivors' rendezvous");
+    if (st.ok()) st = startBootstrapRoot(bind, &secret, &reply->id);
+    if (!st.ok()) problems.add(st.withContext("starting the survivors' rendezvous"));
   }
-  if (problem.ok()) {
-    reply.newNranks = static_cast<uint32_t>(survivors.size());
-  } else {
-    reply.code = problem.code();
-    reply.message = problem.message();
-    if (problems > 1) reply.message += " (and " + std::to_string(problems - 1) + " more problems)";
-    if (reply.message.size() > kShrinkMaxText) reply.message.resize(kShrinkMaxText);
+  if (problems.first.ok()) {
+    reply->newNranks = static_cast<uint32_t>(survivors);
+    return okStatus();
   }
-  const std::vector<uint8_t> bytes = encodeShrinkReply(reply);
-  for (int s : replyTo) {
-    Deadline d = Deadline::afterMs(problem.ok() ? timeoutMs : std::min(timeoutMs, kErrorAnswerMs));
-    Status st = bs.send(s, tag, bytes.data(), bytes.size(), d);
-    if (st.ok()) continue;
-    if (!problem.ok()) {
-      COLL_WARN(me, "collCommShrink: could not tell rank %d why the shrink failed: %s", s, st.message().c_str());
-      continue;
-    }
-    // It asked a moment ago, so it is alive unless it died since; the others would wait for it in
-    // the new rendezvous until their timeout.
-    return Status(st.code(), "collCommShrink: could not give rank " + std::to_string(s) +
-                                 " the survivors' rendezvous: " + st.message());
-  }
-  if (!problem.ok()) return Status(problem.code(), "collCommShrink: " + reply.message);
-  out->id = reply.id;
-  out->newNranks = static_cast<int>(survivors.size());
-  out->newRank = 0;
-  return okStatus();
+  reply->code = problems.first.code();
+  reply->message = problems.first.message();
+  if (problems.count > 1) reply->message += " (and " + std::to_string(problems.count - 1) + " more problems)";
+  if (reply->message.size() > kShrinkMaxText) reply->message.resize(kShrinkMaxText);
+  return Status(reply->code, "collCommShrink: " + reply->message);
 }
 
-Status follow(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
-              const std::vector<int>& survivors, ShrinkAgreement* out) {
-  const int me = bs.rank(), n = bs.nranks(), leader = survivors[0];
+// A survivor below the leader: reports to its parent and waits for the answer (*answer: its bytes,
+// to pass on unchanged; *reply: what they say). Fails when no well-formed answer came.
+Status report(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
+              const std::vector<int>& survivors, int parent, const Problems& problems, std::vector<uint8_t>* answer,
+              ShrinkReply* reply) {
+  const int n = bs.nranks(), leader = survivors[0];
   const uint32_t tag = shrinkTag(seq);
   ShrinkRequest req;
   req.seq = seq;
@@ -174,42 +200,34 @@ Status follow(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<
   req.excludeCount = static_cast<uint32_t>(excluded.size());
   req.digest = shrinkDigest(n, excluded);
   if (excluded.size() <= kShrinkMaxListed) req.listed.assign(excluded.begin(), excluded.end());
-  const std::vector<uint8_t> bytes = encodeShrinkRequest(req);
-  Status st = bs.send(leader, tag, bytes.data(), bytes.size(), Deadline::afterMs(timeoutMs));
-  if (!st.ok()) {
-    return Status(st.code(), "collCommShrink: could not reach the leader, rank " + std::to_string(leader) +
-                                 " (the lowest rank not excluded): " + st.message() + "; if rank " +
-                                 std::to_string(leader) + " failed, add it to excludeRanks");
+  if (problems.count > 0) {
+    req.code = problems.first.code();
+    req.problems = problems.count;
+    req.message = problems.first.message().substr(0, kShrinkMaxText);
   }
-  const int64_t answerMs = kAnswerTimeouts * timeoutMs;
-  std::vector<uint8_t> msg;
-  st = bs.recv(leader, tag, &msg, shrinkReplyMaxBytes(), Deadline::afterMs(answerMs));
+  const std::vector<uint8_t> bytes = encodeShrinkRequest(req);
+  const std::string whom = "rank " + std::to_string(parent) +
+                           (parent == leader ? " (the leader: the lowest rank not excluded)"
+                                             : " (this rank's parent in the agreement's tree)");
+  Status st = bs.send(parent, tag, bytes.data(), bytes.size(), Deadline::afterMs(timeoutMs));
+  if (!st.ok()) {
+    return Status(st.code(), "collCommShrink: could not reach " + whom + ": " + st.message() + "; if rank " +
+                                 std::to_string(parent) + " failed, add it to excludeRanks");
+  }
+  const int64_t answerMs = (kAnswerTimeouts + treeHeight(0, survivors.size())) * timeoutMs;
+  st = bs.recv(parent, tag, answer, shrinkReplyMaxBytes(), Deadline::afterMs(answerMs));
   if (st.code() == collTimeout) {
     return makeError(collTimeout,
-                     "collCommShrink: no answer from the leader, rank %d, within %lld ms: every survivor must pass "
-                     "the same excludeRanks (the leader is the lowest rank not excluded)",
-                     leader, static_cast<long long>(answerMs));
+                     "collCommShrink: no answer from %s within %lld ms: every survivor must pass the same "
+                     "excludeRanks",
+                     whom.c_str(), static_cast<long long>(answerMs));
   }
-  ShrinkReply reply;
-  if (st.ok()) st = decodeShrinkReply(msg.data(), msg.size(), n, &reply);
-  if (!st.ok()) return st.withContext("collCommShrink: the answer of the leader, rank " + std::to_string(leader));
-  if (reply.seq != seq) {
-    return makeError(collInvalidUsage,
-                     "collCommShrink: the leader, rank %d, answered shrink #%u where this rank is at #%u", leader,
-                     reply.seq + 1, seq + 1);
+  if (st.ok()) st = decodeShrinkReply(answer->data(), answer->size(), n, reply);
+  if (!st.ok()) return st.withContext("collCommShrink: the answer of " + whom);
+  if (reply->seq != seq) {
+    return makeError(collInvalidUsage, "collCommShrink: %s answered shrink #%u where this rank is at #%u", whom.c_str(),
+                     reply->seq + 1, seq + 1);
   }
-  if (reply.code != collSuccess) {
-    return Status(reply.code, "collCommShrink: the leader, rank " + std::to_string(leader) +
-                                  ", reports: " + printableText(reply.message.data(), reply.message.size()));
-  }
-  if (reply.newNranks != survivors.size()) {
-    return makeError(collInvalidUsage,
-                     "collCommShrink: the leader, rank %d, counts %u survivors where this rank counts %zu", leader,
-                     reply.newNranks, survivors.size());
-  }
-  out->id = reply.id;
-  out->newNranks = static_cast<int>(survivors.size());
-  out->newRank = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
   return okStatus();
 }
 
@@ -263,8 +281,45 @@ Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::ve
   }
   COLL_INFO(me, "collCommShrink #%u: %zu of %d ranks remain (excluded %s); leader rank %d", seq + 1, survivors.size(),
             n, rankSet(excluded).c_str(), survivors[0]);
-  return survivors[0] == me ? lead(bs, seq, timeoutMs, excluded, survivors, out)
-                            : follow(bs, seq, timeoutMs, excluded, survivors, out);
+  const size_t i = static_cast<size_t>(std::lower_bound(survivors.begin(), survivors.end(), me) - survivors.begin());
+  std::vector<int> children;
+  for (size_t c = kTreeFanout * i + 1; c <= kTreeFanout * i + kTreeFanout && c < survivors.size(); ++c) {
+    children.push_back(survivors[c]);
+  }
+  const uint32_t tag = shrinkTag(seq);
+  // Up the tree: each rank checks its children's lists against its own and passes on what its
+  // subtree found; the leader decides. Down: the answer, as the leader made it.
+  const Problems problems =
+      gatherChildren(bs, seq, (kGatherTimeouts + treeHeight(i, survivors.size())) * timeoutMs, excluded, children);
+  std::vector<uint8_t> answer;
+  Status st;
+  ShrinkReply reply;
+  if (i == 0) {
+    st = decide(bs, seq, survivors.size(), problems, &reply);
+    answer = encodeShrinkReply(reply);
+  } else {
+    const int parent = survivors[(i - 1) / kTreeFanout];
+    st = report(bs, seq, timeoutMs, excluded, survivors, parent, problems, &answer, &reply);
+    if (!st.ok()) {
+      answer = errorReply(me, seq, st);
+    } else if (reply.code != collSuccess) {
+      // The leader's answer goes on as it is.
+      st = Status(reply.code, "collCommShrink: " + printableText(reply.message.data(), reply.message.size()) +
+                                  " (the leader's answer, from rank " + std::to_string(parent) + ")");
+    } else if (reply.newNranks != survivors.size()) {
+      st = makeError(collInvalidUsage,
+                     "collCommShrink: the leader, rank %d, counts %u survivors where rank %d counts %zu", survivors[0],
+                     reply.newNranks, me, survivors.size());
+      answer = errorReply(me, seq, st);
+    }
+  }
+  Status passed = answerChildren(bs, tag, timeoutMs, children, answer, st.ok());
+  if (!st.ok()) return st;
+  COLL_TRY(passed);
+  out->id = reply.id;
+  out->newNranks = static_cast<int>(survivors.size());
+  out->newRank = static_cast<int>(i);
+  return okStatus();
 }
 
 Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const CommConfig& config,
@@ -297,13 +352,15 @@ uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded) {
 }
 
 size_t shrinkRequestMaxBytes(int nranks) {
-  return kRequestHeader + 4 * std::min<size_t>(static_cast<size_t>(nranks > 0 ? nranks : 0), kShrinkMaxListed);
+  return kRequestHeader + 4 * std::min<size_t>(static_cast<size_t>(nranks > 0 ? nranks : 0), kShrinkMaxListed) +
+         kRequestTrailer + kShrinkMaxText;
 }
 size_t shrinkReplyMaxBytes() { return kReplyHeader + kShrinkMaxText; }
 
 std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r) {
   std::vector<uint8_t> b;
-  b.reserve(kRequestHeader + 4 * r.listed.size());
+  const size_t textLen = std::min<size_t>(r.message.size(), kShrinkMaxText);
+  b.reserve(kRequestHeader + 4 * r.listed.size() + kRequestTrailer + textLen);
   put32(b, kRequestMagic);
   put32(b, r.seq);
   put32(b, r.parentNranks);
@@ -311,6 +368,10 @@ std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r) {
   put64(b, r.digest);
   put32(b, static_cast<uint32_t>(r.listed.size()));
   for (int32_t x : r.listed) put32(b, static_cast<uint32_t>(x));
+  put32(b, static_cast<uint32_t>(r.code));
+  put32(b, r.problems);
+  put32(b, static_cast<uint32_t>(textLen));
+  b.insert(b.end(), r.message.begin(), r.message.begin() + static_cast<std::ptrdiff_t>(textLen));
   return b;
 }
 
@@ -328,11 +389,24 @@ Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, S
     return makeError(collRemoteError, "shrink request for a %u-rank communicator where this one has %d ranks",
                      r.parentNranks, parentNranks);
   }
+  const size_t listEnd = kRequestHeader + 4 * static_cast<size_t>(listed);
   if (r.excludeCount >= r.parentNranks || (listed != 0 && listed != r.excludeCount) || listed > kShrinkMaxListed ||
-      size != kRequestHeader + 4 * static_cast<size_t>(listed)) {
+      size < listEnd + kRequestTrailer) {
     return makeError(collRemoteError, "malformed shrink request (%u excluded, %u listed, %zu bytes)", r.excludeCount,
                      listed, size);
   }
+  const uint32_t code = get32(data + listEnd);
+  r.problems = get32(data + listEnd + 4);
+  const uint32_t textLen = get32(data + listEnd + 8);
+  // What the sender's subtree found: none and no text, or a count and an error code.
+  if (code >= collNumResults || code == collInProgress || (code == collSuccess) != (r.problems == 0) ||
+      r.problems > r.parentNranks || textLen > kShrinkMaxText || (code == collSuccess && textLen != 0) ||
+      size != listEnd + kRequestTrailer + textLen) {
+    return makeError(collRemoteError, "malformed shrink request (code %u, %u problems, %u text bytes, %zu bytes)", code,
+                     r.problems, textLen, size);
+  }
+  r.code = static_cast<collResult_t>(code);
+  r.message.assign(reinterpret_cast<const char*>(data + listEnd + kRequestTrailer), textLen);
   r.listed.resize(listed);
   for (uint32_t i = 0; i < listed; ++i) {
     const int32_t x = static_cast<int32_t>(get32(data + kRequestHeader + 4 * static_cast<size_t>(i)));

@@ -37,9 +37,11 @@ Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const
 
 // The agreement alone, over any bootstrap (collCommShrink runs it on the parent's): every survivor
 // calls it with the same sorted, checked `excluded` (checkExcludeList) and the same `seq`; the
-// excluded ranks take no part. The leader (the lowest survivor) starts the survivors' rendezvous on
-// its bootstrap address; on success `out` holds its id, the survivors' count and this rank's place
-// among them (its rank in parent order), which is all the new communicator's ranks need to join it.
+// excluded ranks take no part. Requests go up an 8-ary tree of the survivors in parent order, each
+// rank checking its children's lists against its own; the leader (the lowest survivor) starts the
+// survivors' rendezvous on its bootstrap address, and its answer comes back down the tree. No rank
+// sends or receives more than 9 messages. On success `out` holds the id, the survivors' count and
+// this rank's place among them (its rank in parent order): all the new communicator's ranks need.
 // The unit test of 1,024 thread ranks runs it without communicators (tests/unit/test_shrink.cc).
 struct ShrinkAgreement {
   collUniqueId id{};
@@ -49,14 +51,19 @@ struct ShrinkAgreement {
 Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<int>& excluded,
                    ShrinkAgreement* out);
 
-// Wire formats (little-endian), exposed for the unit and fuzz tests. A survivor sends the leader a
-// request; the leader answers every survivor with a reply: the new unique id, or why not.
+// Wire formats (little-endian), exposed for the unit and fuzz tests. A survivor sends its parent in
+// the agreement's tree a request: its list and what its subtree found wrong; the leader's reply
+// (the new unique id, or why not) goes back down the tree unchanged.
 struct ShrinkRequest {
   uint32_t seq = 0;
   uint32_t parentNranks = 0;
   uint32_t excludeCount = 0;
   uint64_t digest = 0;          // of the sorted list (shrinkDigest)
   std::vector<int32_t> listed;  // the sorted list, or empty when longer than kShrinkMaxListed
+  // The sender's subtree: how many problems it found (0: none), the first one's code and text.
+  collResult_t code = collSuccess;
+  uint32_t problems = 0;
+  std::string message;
 };
 struct ShrinkReply {
   uint32_t seq = 0;

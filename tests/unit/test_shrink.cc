@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -549,9 +550,10 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 // shrink, join the survivors' rendezvous and all-reduce on it. Every survivor must hold the same
 // rank table, with the new ranks dense and in parent order (each rank's host hash is 10^6 + its
 // parent rank, so the table itself says whom every new rank was), and the exact sums. The messages
-// per rank are counted: the agreement is one request and one answer per survivor, all through the
-// leader (2(n - 1) there, as documented for collCommShrink); the survivors' rendezvous sends at
-// most 1 + COLL_BOOTSTRAP_FANOUT per rank, and its root handles one per rank.
+// per rank are counted: the agreement goes up and down an 8-ary tree of the survivors, so each rank
+// sends and receives one request or answer per child and one to and from its parent (the leader 8,
+// no rank more than 9); the survivors' rendezvous sends at most 1 + COLL_BOOTSTRAP_FANOUT per rank,
+// and its root handles one per rank.
 TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
   constexpr int kRanks = 1024, kRoots = 32;
   const std::vector<int> dead{0, 512, 1023};
@@ -633,6 +635,7 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
 
   const int leader = survivors[0];
   uint32_t maxRendezvousSent = 0;
+  int maxAgreementSent = 0;
   for (int i = 0; i < n; ++i) {
     const int r = survivors[static_cast<size_t>(i)];
     const Outcome& o = out[r];
@@ -658,18 +661,106 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
     EXPECT_EQ(o.values[1], static_cast<uint64_t>(n)) << "rank " << r;
     EXPECT_EQ(o.values[2], sumSq) << "rank " << r;
     // Messages: the agreement's, then the survivors' rendezvous'.
-    EXPECT_EQ(o.sent, r == leader ? n - 1 : 1) << "rank " << r;
-    EXPECT_EQ(o.received, r == leader ? n - 1 : 1) << "rank " << r;
+    const int children = std::max(0, std::min(8, n - 1 - 8 * i));
+    EXPECT_EQ(o.sent, children + (i > 0 ? 1 : 0)) << "rank " << r;
+    EXPECT_EQ(o.received, children + (i > 0 ? 1 : 0)) << "rank " << r;
+    maxAgreementSent = std::max(maxAgreementSent, o.sent);
     EXPECT_LE(o.rendezvousSent, 1u + 8u) << "rank " << r;  // registration + COLL_BOOTSTRAP_FANOUT copies
     maxRendezvousSent = std::max(maxRendezvousSent, o.rendezvousSent);
   }
   EXPECT_LE(rootMessages, static_cast<uint32_t>(n) + 1);  // a registration per rank, one table
   printf(
       "%d ranks (%d roots): rendezvous %.2f s; %d survivors: agreement + rendezvous + all-reduce %.2f s; "
-      "messages sent per rank: agreement 1 (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
-      kRanks, kRoots, parentS, n, shrinkS, out[leader].sent, maxRendezvousSent, rootMessages, peakRssMiB());
+      "messages sent per rank: agreement <= %d (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
+      kRanks, kRoots, parentS, n, shrinkS, maxAgreementSent, out[leader].sent, maxRendezvousSent, rootMessages,
+      peakRssMiB());
   for (int r : survivors) out[r].child.reset();
   for (auto& b : parent) b.reset();
+}
+
+// agreeShrink over `n` thread ranks of one bootstrap, below the API: `dead` ranks' bootstraps are
+// gone before it starts (nothing listens for them), `listOf(r)` is rank r's sorted exclude list.
+// Returns each rank's outcome (dead ranks: ok and untouched).
+std::vector<Status> agreeOnTree(int n, const std::vector<int>& dead, int64_t timeoutMs,
+                                const std::function<std::vector<int>(int)>& listOf,
+                                std::vector<ShrinkAgreement>* agreed = nullptr) {
+  Secret secret;
+  EXPECT_TRUE(randomSecret(&secret).ok());
+  SocketAddress loopback;
+  EXPECT_TRUE(SocketAddress::parse("127.0.0.1:0", &loopback).ok());
+  collUniqueId id;
+  EXPECT_TRUE(startBootstrapRoot(loopback, &secret, &id).ok());
+  std::vector<std::unique_ptr<Bootstrap>> bs(n);
+  std::vector<Status> out(n);
+  {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r) {
+      ts.emplace_back([&, r] { out[r] = Bootstrap::create(id, r, n, 7, Deadline::afterMs(20000), &bs[r]); });
+    }
+    for (auto& t : ts) t.join();
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!out[r].ok()) return out;
+  }
+  for (int x : dead) bs[x]->abort(), bs[x].reset();
+  std::vector<ShrinkAgreement> results(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    if (!bs[r]) continue;
+    ts.emplace_back([&, r] { out[r] = agreeShrink(*bs[r], 0, timeoutMs, listOf(r), &results[r]); });
+  }
+  for (auto& t : ts) t.join();
+  if (agreed != nullptr) *agreed = results;
+  return out;
+}
+
+// 30 ranks: the agreement's tree has three levels (the leader, ranks 1-8, their children).
+TEST(ShrinkTree, AllAgreeEachInItsPlace) {
+  std::vector<ShrinkAgreement> agreed;
+  const std::vector<int> gone{4, 29};
+  std::vector<Status> st = agreeOnTree(
+      30, gone, 2000, [&](int) { return gone; }, &agreed);
+  int place = 0;
+  for (int r = 0; r < 30; ++r) {
+    if (r == 4 || r == 29) continue;
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].message();
+    EXPECT_EQ(agreed[r].newNranks, 28);
+    EXPECT_EQ(agreed[r].newRank, place++) << "rank " << r;
+    EXPECT_EQ(memcmp(&agreed[r].id, &agreed[0].id, sizeof(collUniqueId)), 0) << "rank " << r;
+  }
+}
+
+// A list that differs three levels down is found by its parent (rank 3), named rank by rank, and
+// every survivor hears it from the leader.
+TEST(ShrinkTree, AMismatchDeepDownFailsEverywhere) {
+  std::vector<Status> st = agreeOnTree(30, {29}, 2000, [](int r) {
+    return r == 25 ? std::vector<int>{28, 29} : std::vector<int>{29};
+  });
+  for (int r = 0; r < 29; ++r) {
+    EXPECT_EQ(st[r].code(), collInvalidUsage) << "rank " << r << ": " << st[r].message();
+    EXPECT_NE(st[r].message().find("rank 25 passed different excludeRanks than rank 3: {28} only in rank 25's list"),
+              std::string::npos)
+        << "rank " << r << ": " << st[r].message();
+  }
+}
+
+// A dead rank nobody excluded: a leaf (17, below rank 2) and an inner rank (2, with children
+// 17..24). Every survivor fails, within a few timeouts, saying whom to exclude.
+TEST(ShrinkTree, AnUnexcludedDeadRankFailsEverywhere) {
+  for (int deadRank : {17, 2}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Status> st = agreeOnTree(30, {deadRank}, 300, [](int) { return std::vector<int>{}; });
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(sec, 10.0);
+    for (int r = 0; r < 30; ++r) {
+      if (r == deadRank) continue;
+      EXPECT_FALSE(st[r].ok()) << "rank " << r;
+      EXPECT_NE(st[r].message().find("rank " + std::to_string(deadRank)), std::string::npos)
+          << "rank " << r << ": " << st[r].message();
+      EXPECT_NE(st[r].message().find("add it to excludeRanks"), std::string::npos)
+          << "rank " << r << ": " << st[r].message();
+    }
+  }
 }
 
 TEST(Shrink, RequestDecoderRefusesMalformedBytes) {
@@ -707,6 +798,36 @@ TEST(Shrink, RequestDecoderRefusesMalformedBytes) {
   std::vector<uint8_t> magic = b;
   magic[0] ^= 1;
   EXPECT_FALSE(decodeShrinkRequest(magic.data(), magic.size(), 8, &out).ok());
+  // What the sender's subtree found travels with it.
+  m = r;
+  m.code = collInvalidUsage, m.problems = 2, m.message = "rank 5 passed different excludeRanks";
+  std::vector<uint8_t> e = encodeShrinkRequest(m);
+  ASSERT_TRUE(decodeShrinkRequest(e.data(), e.size(), 8, &out).ok());
+  EXPECT_EQ(out.code, collInvalidUsage);
+  EXPECT_EQ(out.problems, 2u);
+  EXPECT_EQ(out.message, m.message);
+  for (size_t cut = 0; cut < e.size(); ++cut) EXPECT_FALSE(decodeShrinkRequest(e.data(), cut, 8, &out).ok()) << cut;
+  std::vector<uint8_t> longer = e;
+  longer.push_back(0);
+  EXPECT_FALSE(decodeShrinkRequest(longer.data(), longer.size(), 8, &out).ok()) << "trailing byte";
+  ShrinkRequest p = m;
+  p.problems = 0;
+  EXPECT_TRUE(bad(p)) << "an error code without problems";
+  p = m;
+  p.code = collSuccess;
+  EXPECT_TRUE(bad(p)) << "problems without an error code";
+  p = m;
+  p.code = collInProgress;
+  EXPECT_TRUE(bad(p)) << "in progress is no problem";
+  p = m;
+  p.code = static_cast<collResult_t>(collNumResults);
+  EXPECT_TRUE(bad(p)) << "unknown code";
+  p = m;
+  p.problems = 9;
+  EXPECT_TRUE(bad(p)) << "more problems than ranks";
+  p = r;
+  p.message = "text without a problem";
+  EXPECT_TRUE(bad(p)) << "text with success";
 }
 
 TEST(Shrink, ReplyDecoderRefusesMalformedBytes) {
