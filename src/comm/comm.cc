@@ -74,13 +74,17 @@ Status Comm::init(const collUniqueId& id, int nranks, int rank, const CommConfig
   std::function<bool()> interrupted;
   if (laneParent_ != nullptr) interrupted = [parent = laneParent_] { return parent->failure_.aborting(); };
   const std::vector<collUniqueId> ids = config.rootIds.empty() ? std::vector<collUniqueId>{id} : config.rootIds;
-  COLL_TRY(Bootstrap::create(ids, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_, interrupted)
+  // A lane runs its set-up on a thread without the rank's CUDA context: its parent's key.
+  ringKey_ = laneParent_ != nullptr ? laneParent_->ringKey_ : gpuRingKey();
+  COLL_TRY(Bootstrap::create(ids, rank, nranks, hashHostIdentity(identity), netMask, deadline, &bootstrap_, interrupted,
+                             ringKey_)
                .withContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": bootstrap"));
 
   std::vector<uint64_t> hashes(nranks);
   for (int r = 0; r < nranks; ++r) hashes[r] = bootstrap_->peer(r).hostHash;
   topo_ = Topology::fromHostHashes(rank, hashes);
   setTopologyMachines();
+  setupLocalOrder();
   failure_.start(bootstrap_.get(), timeoutMs_, config.commName,
                  laneParent_ != nullptr ? &laneParent_->failure_ : nullptr, this);
   queue_.setIdentity(rank, timeoutMs_);

@@ -163,6 +163,12 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   // The node's hardware, agreed with this host's ranks, and this rank's place in it, for the
   // transports' choices (comm_placement.cc).
   Status setupPlacement(Deadline deadline);
+  // Where this rank's GPU sits in its node's ring order (intraNodeRing over all the node's GPUs),
+  // published in the rank table (PeerInfo::ringKey); -1 for a host rank or a GPU the node's
+  // topology does not show (comm_placement.cc).
+  static int32_t gpuRingKey();
+  // Each host's ranks in the order of their ring keys, for every plan (PlanCache::setLocalOrder).
+  void setupLocalOrder();
 
   using PlanEntry = PlanCache::PlanEntry;
   Status runPlan(PlanEntry& plan, const CollArgs& args);
@@ -214,6 +220,7 @@ class Comm final : private LaneFailureHooks, private ProbeChannel {
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topo_;
   HwTopology node_;          // the node's hardware (setupPlacement; empty where nothing needed it)
+  int32_t ringKey_ = -1;     // gpuRingKey(), or a lane's parent's
   PlacementHint placement_;  // node == nullptr: no placement
   FailureManager failure_;
   ProfilerHook profilerHook_;  // a lane uses its parent's

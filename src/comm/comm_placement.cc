@@ -2,11 +2,15 @@
 // "Topology and placement"): loaded and agreed at creation where a choice depends on it.
 #include <sched.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "src/comm/comm.h"
 #include "src/gpu/cuda_driver.h"
 #include "src/oob/node_topology.h"
+#include "src/plan/planner.h"
 
 namespace coll {
 
@@ -45,6 +49,38 @@ std::string currentGpuBusId() {
 }
 
 }  // namespace
+
+int32_t Comm::gpuRingKey() {
+  const std::string busId = currentGpuBusId();
+  if (busId.empty()) return -1;
+  const HwTopology* node = nullptr;
+  if (!nodeTopology(&node).ok()) return -1;  // setupPlacement says why, where it matters
+  const int32_t gpu = rankPlace(*node, busId, {}).gpu;
+  if (gpu < 0) return -1;
+  // The ring over every GPU of the node: the ranks of a host use some of them, and that ring's
+  // order restricted to theirs keeps each PCIe switch's GPUs together (and NVLink neighbours
+  // where all are used), whichever GPUs they are.
+  std::vector<int32_t> all(node->gpus.size());
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<int32_t> ring = intraNodeRing(*node, all);
+  const auto at = std::find(ring.begin(), ring.end(), gpu);
+  if (at == ring.end()) return -1;
+  return std::min<int32_t>(static_cast<int32_t>(at - ring.begin()), kBootstrapMaxRingKey);
+}
+
+void Comm::setupLocalOrder() {
+  std::vector<int32_t> keys(static_cast<size_t>(topo_.nranks));
+  for (int r = 0; r < topo_.nranks; ++r) keys[static_cast<size_t>(r)] = bootstrap_->peer(r).ringKey;
+  std::vector<int32_t> rankOf = ranksInLocalOrder(topo_, keys);
+  if (!rankOf.empty() && topo_.localRank() == 0 && laneParent_ == nullptr) {
+    // The host's places hold its ranks in ring order.
+    std::string order;
+    for (int32_t place : topo_.localRanks) order += " " + std::to_string(rankOf[static_cast<size_t>(place)]);
+    COLL_INFO(topo_.rank, "topology: this host's ranks in ring order (their GPUs' places in the node):%s",
+              order.c_str());
+  }
+  plans_.setLocalOrder(std::move(rankOf));
+}
 
 Status Comm::setupPlacement(Deadline deadline) {
   if (laneParent_ != nullptr) {  // a lane: its parent's node and place, so both use one NIC

@@ -86,6 +86,9 @@ Status PlanCache::setInputs(bool haveWindows, uint64_t windowHalfBytes) {
         // The topology plans see when hosts run in fabric order, and the real rank at each place.
         const int32_t per = topo_.nranks / topo_.nhosts;
         rankInHostOrder_ = ranksInHostOrder(*order, per);
+        if (!rankInLocalOrder_.empty()) {
+          for (int32_t& r : rankInHostOrder_) r = rankInLocalOrder_[static_cast<size_t>(r)];
+        }
         const auto me = std::find(rankInHostOrder_.begin(), rankInHostOrder_.end(), topo_.rank);
         hostOrderTopo_ = Topology::uniform(static_cast<int32_t>(me - rankInHostOrder_.begin()), topo_.nranks, per);
       }
@@ -167,14 +170,30 @@ void PlanCache::logPlan(const CollArgs& args, const PlanChoice& choice, uint64_t
             choice.tuned ? "simulated" : "predicted", choice.predictedSeconds * 1e6, others.c_str(), rounds);
 }
 
+void PlanCache::setLocalOrder(std::vector<int32_t> rankOf) {
+  rankInLocalOrder_ = std::move(rankOf);
+  if (rankInLocalOrder_.empty()) return;
+  localOrderTopo_ = topo_;
+  localOrderTopo_.rank = static_cast<int32_t>(
+      std::find(rankInLocalOrder_.begin(), rankInLocalOrder_.end(), topo_.rank) - rankInLocalOrder_.begin());
+}
+
 void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
   if (args.kind == CollKind::Send || args.kind == CollKind::Recv)
     return;  // point-to-point calls go through pointToPoint()
-  const bool reordered = choice.options.fabricHostOrder && !rankInHostOrder_.empty();
-  const BuildRequest request{reordered ? hostOrderTopo_ : topo_, args, choice.options, plannerInputs_.windowHalfBytes,
-                             choice.reduceAllBelowBytes};
+  const bool fabric = choice.options.fabricHostOrder && !rankInHostOrder_.empty();
+  // Only an All-Reduce's result is the same whatever place each rank holds: the others' buffers
+  // are laid out by rank (an All-Gather's block r is rank r's), which renaming would not move.
+  static const std::vector<int32_t> kRankOrder;
+  const std::vector<int32_t>& rankOf = fabric                             ? rankInHostOrder_
+                                       : args.kind == CollKind::AllReduce ? rankInLocalOrder_
+                                                                          : kRankOrder;
+  const BuildRequest request{fabric           ? hostOrderTopo_
+                             : rankOf.empty() ? topo_
+                                              : localOrderTopo_,
+                             args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
   algorithm(choice.algo).build(request, out);
-  if (reordered) out->renameRanks(rankInHostOrder_);
+  if (!rankOf.empty()) out->renameRanks(rankOf);
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 

@@ -34,6 +34,10 @@ class PlanCache {
   // The planner's inputs from the topology, the windows and the planner's knobs; the link model
   // is set afterwards (link_probe.h).
   Status setInputs(bool haveWindows, uint64_t windowHalfBytes);
+  // Each host's ranks in ring order (ranksInLocalOrder; empty: rank order): every All-Reduce plan
+  // is built with this rank at its place and renamed back. Before setInputs (a fabric order
+  // composes it).
+  void setLocalOrder(std::vector<int32_t> rankOf);
   PlannerInputs& inputs() { return plannerInputs_; }
   const PlannerInputs& inputs() const { return plannerInputs_; }
 
@@ -69,9 +73,13 @@ class PlanCache {
   };
   std::vector<ChoiceEntry> choices_;
   // COLL_TOPO_FABRIC's host order (PlanTuner::hostOrder): the real rank at each position, and
-  // this rank's topology in that order, for plans chosen with options.fabricHostOrder.
+  // this rank's topology in that order, for plans chosen with options.fabricHostOrder. Each host's
+  // ranks go in the local order there too.
   std::vector<int32_t> rankInHostOrder_;
   Topology hostOrderTopo_;
+  // The local order (setLocalOrder) and this rank's topology at its place in it, for every other plan.
+  std::vector<int32_t> rankInLocalOrder_;
+  Topology localOrderTopo_;
   size_t nextChoice_ = 0;
   static constexpr size_t kMaxChoices = 16;
 };

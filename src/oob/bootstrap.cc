@@ -37,10 +37,10 @@ namespace {
 constexpr uint32_t kIdMagic = 0x44494c43;     // "CLID"
 constexpr uint16_t kIdVersion = 2;            // 2: rank-table entries carry the machine (kRegVersion 2)
 constexpr uint32_t kRegMagic = 0x47524c43;    // "CLRG"
-constexpr uint32_t kRegVersion = 3;           // 2: entries carry the machine hash and CPUs; 3: groups
+constexpr uint32_t kRegVersion = 4;           // 2: entries carry the machine hash and CPUs; 3: groups; 4: ring key
 constexpr uint32_t kHelloMagic = 0x4c484c43;  // "CLHL"
 constexpr size_t kAddrWire = kSocketAddressWire;
-constexpr size_t kEntryWire = kAddrWire + 28;  // address, hostHash, pid, netMask, machineHash, cpus
+constexpr size_t kEntryWire = kAddrWire + 32;      // address, hostHash, pid, netMask, machineHash, cpus, ringKey
 constexpr size_t kRegWire = 24 + kEntryWire + 12;  // + groups, group, block count
 constexpr size_t kHelloWire = 20;
 constexpr int kHandshakeMs = 5000;  // a connection must authenticate and say hello by then
@@ -89,6 +89,7 @@ void putEntry(uint8_t* p, const PeerInfo& info) {
   put32(p + kAddrWire + 12, info.netMask);
   put64(p + kAddrWire + 16, info.machineHash);
   put32(p + kAddrWire + 24, static_cast<uint32_t>(info.cpus));
+  put32(p + kAddrWire + 28, static_cast<uint32_t>(info.ringKey));
 }
 
 bool getEntry(const uint8_t* p, PeerInfo* out) {
@@ -101,6 +102,8 @@ bool getEntry(const uint8_t* p, PeerInfo* out) {
   const uint32_t cpus = get32(p + kAddrWire + 24);
   if (cpus > static_cast<uint32_t>(kBootstrapMaxCpus)) return false;
   info.cpus = static_cast<int32_t>(cpus);
+  info.ringKey = static_cast<int32_t>(get32(p + kAddrWire + 28));
+  if (info.ringKey < -1 || info.ringKey > kBootstrapMaxRingKey) return false;
   *out = info;
   return true;
 }
@@ -361,7 +364,8 @@ class BootstrapImpl final : public Bootstrap {
   const PeerInfo& peer(int rank) const override { return peers_[rank]; }
   uint64_t commHash() const override { return commHash_; }
 
-  Status init(uint64_t hostHash, uint32_t netMask, Deadline deadline, const std::function<bool()>& interrupted);
+  Status init(uint64_t hostHash, uint32_t netMask, int32_t ringKey, Deadline deadline,
+              const std::function<bool()>& interrupted);
 
   Status send(int peer, uint32_t tag, const void* data, size_t size, Deadline deadline) override {
     COLL_TRY(checkPeer(peer, "send"));
@@ -662,7 +666,7 @@ void BootstrapImpl::handleControl(Socket& s, int32_t fromRank, uint32_t tag, uin
   (void)s.sendAll(out.data(), out.size(), deadline);
 }
 
-Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadline,
+Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, int32_t ringKey, Deadline deadline,
                            const std::function<bool()>& interrupted) {
   // Where to listen: COLL_SOCKET_IFNAME wins; a root on loopback means a single-host job;
   // otherwise the selected interface, preferring the root's address family.
@@ -685,6 +689,7 @@ Status BootstrapImpl::init(uint64_t hostHash, uint32_t netMask, Deadline deadlin
   me.hostHash = hostHash;
   me.pid = static_cast<int32_t>(getpid());
   me.netMask = netMask;
+  me.ringKey = ringKey;
   me.machineHash = hashHostIdentity(localMachineIdentity());
   me.cpus = localMachineCpus();
   BootstrapRegistration reg;
@@ -1022,7 +1027,7 @@ Status Bootstrap::create(const collUniqueId& id, int rank, int nranks, uint64_t 
 
 Status Bootstrap::create(const std::vector<collUniqueId>& ids, int rank, int nranks, uint64_t hostHash,
                          uint32_t netMask, Deadline deadline, std::unique_ptr<Bootstrap>* out,
-                         const std::function<bool()>& interrupted) {
+                         const std::function<bool()>& interrupted, int32_t ringKey) {
   if (nranks < 1 || nranks > kBootstrapMaxRanks) {
     return makeError(collInvalidArgument, "nranks %d is outside 1..%d", nranks, kBootstrapMaxRanks);
   }
@@ -1041,7 +1046,10 @@ Status Bootstrap::create(const std::vector<collUniqueId>& ids, int rank, int nra
     }
   }
   auto b = std::make_unique<BootstrapImpl>(rank, nranks, contents);
-  COLL_TRY(b->init(hostHash, netMask, deadline, interrupted));
+  if (ringKey < -1 || ringKey > kBootstrapMaxRingKey) {
+    return makeError(collInternalError, "ring key %d is outside -1..%d", ringKey, kBootstrapMaxRingKey);
+  }
+  COLL_TRY(b->init(hostHash, netMask, ringKey, deadline, interrupted));
   *out = std::move(b);
   return okStatus();
 }

@@ -58,10 +58,15 @@ struct PeerInfo {
   uint32_t netMask = 0;      // inter-host transports this rank can use (transports/net.h netBit)
   uint64_t machineHash = 0;  // ranks with equal hashes share CPUs (topology.h localMachineIdentity)
   int32_t cpus = 0;          // that machine's online CPUs as this rank saw them (0 = unknown)
+  // Where the rank's GPU sits in its node's ring order (comm_placement.cc gpuRingKey), -1: none.
+  // Every rank orders each host's ranks by it (ranksInLocalOrder), so all agree.
+  int32_t ringKey = -1;
 };
 
-// Most CPUs a rank-table entry may claim (remote bytes: bounded before the topology uses them).
+// Most CPUs a rank-table entry may claim (remote bytes: bounded before the topology uses them),
+// and the largest ring key (a GPU's place among its node's GPUs).
 constexpr int32_t kBootstrapMaxCpus = 1 << 20;
+constexpr int32_t kBootstrapMaxRingKey = 1 << 16;
 
 class Bootstrap {
  public:
@@ -78,9 +83,10 @@ class Bootstrap {
   // every rank and in the same order; the ranks are cut into ids.size() consecutive blocks
   // (bootstrapGroupStart), block g registering with root g, whose first rank forwards the block to
   // root 0. One id is the single-root rendezvous above.
+  // `ringKey`: this rank's PeerInfo::ringKey.
   static Status create(const std::vector<collUniqueId>& ids, int rank, int nranks, uint64_t hostHash, uint32_t netMask,
                        Deadline deadline, std::unique_ptr<Bootstrap>* out,
-                       const std::function<bool()>& interrupted = {});
+                       const std::function<bool()>& interrupted = {}, int32_t ringKey = -1);
   virtual ~Bootstrap() = default;
 
   virtual int rank() const = 0;

@@ -12,9 +12,9 @@
 namespace coll {
 
 constexpr size_t kBootstrapHelloBytes = 20;         // magic, type, fromRank, tag, length
-constexpr size_t kBootstrapEntryBytes = 52;         // one rank-table entry (PeerInfo)
+constexpr size_t kBootstrapEntryBytes = 56;         // one rank-table entry (PeerInfo)
 // magic, version, rank, nranks, nonce, entry, groups, group, block count
-constexpr size_t kBootstrapRegistrationBytes = 88;
+constexpr size_t kBootstrapRegistrationBytes = 92;
 
 // What a connection to a rank's listener announces after authenticating.
 struct BootstrapHello {

@@ -493,6 +493,29 @@ std::vector<int32_t> ranksInHostOrder(const std::vector<int32_t>& hostOrder, int
   return rankOf;
 }
 
+std::vector<int32_t> ranksInLocalOrder(const Topology& topo, const std::vector<int32_t>& ringKeys) {
+  const size_t n = static_cast<size_t>(topo.nranks);
+  if (ringKeys.size() != n) return {};
+  std::vector<std::vector<int32_t>> byHost(static_cast<size_t>(topo.nhosts));
+  for (int32_t r = 0; r < topo.nranks; ++r)
+    byHost[static_cast<size_t>(topo.hostOfRank[static_cast<size_t>(r)])].push_back(r);
+  std::vector<int32_t> rankOf(n);
+  bool moved = false;
+  for (const std::vector<int32_t>& places : byHost) {
+    std::vector<int32_t> ordered = places;  // ascending: the host's places in rank order
+    std::stable_sort(ordered.begin(), ordered.end(), [&](int32_t a, int32_t b) {
+      const int32_t ka = ringKeys[static_cast<size_t>(a)], kb = ringKeys[static_cast<size_t>(b)];
+      if ((ka < 0) != (kb < 0)) return ka >= 0;
+      return ka < kb;
+    });
+    for (size_t k = 0; k < places.size(); ++k) {
+      rankOf[static_cast<size_t>(places[k])] = ordered[k];
+      moved = moved || ordered[k] != places[k];
+    }
+  }
+  return moved ? rankOf : std::vector<int32_t>{};
+}
+
 std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sliceBytes) {
   std::string s = algoName(algo);
   if (static_cast<int>(algo) < algoCount() && algorithm(algo).describeOptions != nullptr) {

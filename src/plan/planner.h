@@ -102,6 +102,14 @@ bool isUniformBlocks(const Topology& t);
 // each position of the order (hostOrder[h] = the host at position h), for Schedule::renameRanks.
 std::vector<int32_t> ranksInHostOrder(const std::vector<int32_t>& hostOrder, int32_t ranksPerHost);
 
+// Each host's ranks in the order of their ring keys (PeerInfo::ringKey: a GPU's place in its
+// node's ring, -1 none), so neighbours in every schedule are neighbours in the node: the real rank
+// at each place, for Schedule::renameRanks. Place p, the k-th rank of its host in rank order,
+// holds the host's k-th rank by key (keyed ranks first, lowest key first; then by rank). Every
+// host keeps its places, so the topology a plan is built on is the real one, this rank at its
+// place. Empty when that is rank order everywhere (no keys, or keys in rank order).
+std::vector<int32_t> ranksInLocalOrder(const Topology& topo, const std::vector<int32_t>& ringKeys);
+
 // "hier(inter=ring) chunk 512K" (logs).
 std::string describeChoice(AlgoId algo, const AlgoOptions& options, uint64_t sliceBytes);
 const char* dataTypeName(collDataType_t dtype);

@@ -610,6 +610,27 @@ int envDevices() {
   return static_cast<int>(n);
 }
 
+// A device's PCI address: the dev-th entry of COLL_CUDA_DOUBLE_BUSIDS ("DDDD:BB:DD.F,..."), so a
+// test can place its devices in a topology file; else domain 0, bus 0x10 + dev.
+struct PciAddress {
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+};
+PciAddress pciAddressOf(CUdevice dev) {
+  PciAddress a;
+  a.bus = 0x10 + static_cast<unsigned>(dev);
+  const char* list = std::getenv("COLL_CUDA_DOUBLE_BUSIDS");
+  if (list == nullptr) return a;
+  const char* p = list;
+  for (int i = 0; i < dev && p != nullptr; ++i) {
+    p = std::strchr(p, ',');
+    if (p != nullptr) ++p;
+  }
+  PciAddress parsed;
+  if (p != nullptr && std::sscanf(p, "%x:%x:%x.%x", &parsed.domain, &parsed.bus, &parsed.device, &parsed.function) == 4)
+    return parsed;
+  return a;
+}
+
 CUresult validDevice(CUdevice dev) {
   return dev >= 0 && dev < gState->deviceCount ? cu::kSuccess : cu::kErrorInvalidDevice;
 }
@@ -694,10 +715,10 @@ COLL_DOUBLE_EXPORT CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d
     case 8: *pi = 49152; break;                                  // MAX_SHARED_MEMORY_PER_BLOCK
     case 10: *pi = 32; break;                                    // WARP_SIZE
     case cu::kDeviceAttributeMultiprocessorCount: *pi = 4; break;
-    case cu::kDeviceAttributePciBusId: *pi = 0x10 + dev; break;  // distinct per device
-    case cu::kDeviceAttributePciDeviceId: *pi = 0; break;
+    case cu::kDeviceAttributePciBusId: *pi = static_cast<int>(pciAddressOf(dev).bus); break;  // distinct per device
+    case cu::kDeviceAttributePciDeviceId: *pi = static_cast<int>(pciAddressOf(dev).device); break;
     case cu::kDeviceAttributeUnifiedAddressing: *pi = 1; break;
-    case cu::kDeviceAttributePciDomainId: *pi = 0; break;
+    case cu::kDeviceAttributePciDomainId: *pi = static_cast<int>(pciAddressOf(dev).domain); break;
     case 75: *pi = 9; break;                                     // COMPUTE_CAPABILITY_MAJOR
     case 76: *pi = 0; break;                                     // COMPUTE_CAPABILITY_MINOR
     case cu::kDeviceAttributeVirtualMemoryManagementSupported:   // COLL_CUDA_DOUBLE_VMM=0: neither
@@ -711,8 +732,9 @@ COLL_DOUBLE_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevic
   DOUBLE_ENTER("cuDeviceGetPCIBusId", true);
   if (pciBusId == nullptr || len <= 0) return cu::kErrorInvalidValue;
   if (validDevice(dev) != cu::kSuccess) return cu::kErrorInvalidDevice;
+  const PciAddress a = pciAddressOf(dev);
   char id[32];
-  std::snprintf(id, sizeof(id), "0000:%02x:00.0", 0x10 + dev);
+  std::snprintf(id, sizeof(id), "%04x:%02x:%02x.%x", a.domain, a.bus, a.device, a.function);
   std::snprintf(pciBusId, static_cast<size_t>(len), "%s", id);  // truncated like the driver
   return cu::kSuccess;
 }

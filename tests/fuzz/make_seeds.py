@@ -17,29 +17,29 @@ def addr4(port, ip=(127, 0, 0, 1)):
 def addr6(port, scope=0):
     return bytes([6, 0]) + struct.pack("<HI", port, scope) + b"\0" * 15 + b"\1"
 
-# rank-table entry: address, hostHash, pid, netMask, machineHash, cpus
-def entry(a, host=0x1234, pid=42, mask=3, machine=0x5678, cpus=2):
-    return a + struct.pack("<QIIQI", host, pid, mask, machine, cpus)
+# rank-table entry: address, hostHash, pid, netMask, machineHash, cpus, ringKey
+def entry(a, host=0x1234, pid=42, mask=3, machine=0x5678, cpus=2, ring=-1):
+    return a + struct.pack("<QIIQIi", host, pid, mask, machine, cpus, ring)
 
 # bootstrap: [selector][nranks int32][nonce u64][payload]
 def boot(sel, n, nonce, payload):
     return bytes([sel]) + struct.pack("<iQ", n, nonce) + payload
 HELLO = 0x4C484C43
-GROUPS_1 = struct.pack("<iiI", 1, 0, 0)  # registration v3's tail: groups, group, forwarded block count
+GROUPS_1 = struct.pack("<iiI", 1, 0, 0)  # registration v4's tail: groups, group, forwarded block count
 for name, sel, n, p in [
     ("hello_message", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, 100)),
     ("hello_data", 0, 4, struct.pack("<IIiII", HELLO, 2, 3, 0x54430000, 0)),
-    ("hello_table_root", 0, 4, struct.pack("<IIiII", HELLO, 3, -1, 0, 4 * 52)),
+    ("hello_table_root", 0, 4, struct.pack("<IIiII", HELLO, 3, -1, 0, 4 * 56)),
     ("hello_too_big", 0, 4, struct.pack("<IIiII", HELLO, 1, 1, 5, (16 << 20) + 1)),
     ("hello_bad_type", 0, 4, struct.pack("<IIiII", HELLO, 9, 1, 5, 0)),
     ("hello_truncated", 0, 4, struct.pack("<III", HELLO, 1, 1)),
-    ("reg_ok", 1, -1, struct.pack("<IIiiQ", 0x47524C43, 3, 1, 4, 77) + entry(addr4(5000)) + GROUPS_1),
-    ("reg_group", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 3, 5, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 1, 0)),
-    ("reg_forward", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 3, 4, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 1, 4)),
-    ("reg_wrong_group", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 3, 5, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 0, 0)),
-    ("reg_v6", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 3, 3, 4, 77) + entry(addr6(6000, 2)) + GROUPS_1),
-    ("reg_bad_rank", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 3, 9, 4, 77) + entry(addr4(5000)) + GROUPS_1),
-    ("reg_bad_family", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 3, 1, 4, 77) + entry(b"\5" + addr4(1)[1:]) + GROUPS_1),
+    ("reg_ok", 1, -1, struct.pack("<IIiiQ", 0x47524C43, 4, 1, 4, 77) + entry(addr4(5000)) + GROUPS_1),
+    ("reg_group", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 4, 5, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 1, 0)),
+    ("reg_forward", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 4, 4, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 1, 4)),
+    ("reg_wrong_group", 1, 8, struct.pack("<IIiiQ", 0x47524C43, 4, 5, 8, 77) + entry(addr4(5000)) + struct.pack("<iiI", 2, 0, 0)),
+    ("reg_v6", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 4, 3, 4, 77) + entry(addr6(6000, 2)) + GROUPS_1),
+    ("reg_bad_rank", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 4, 9, 4, 77) + entry(addr4(5000)) + GROUPS_1),
+    ("reg_bad_family", 1, 4, struct.pack("<IIiiQ", 0x47524C43, 4, 1, 4, 77) + entry(b"\5" + addr4(1)[1:]) + GROUPS_1),
     ("table_2", 2, 0, entry(addr4(5000)) + entry(addr6(5001))),
     ("failed", 3, 4, struct.pack("<iI", 2, 17) + b"connection closed"),
     ("failed_long", 3, 4, struct.pack("<iI", 2, 5000) + b"x" * 40),
@@ -47,6 +47,7 @@ for name, sel, n, p in [
     ("waitfor_bad_peer", 4, 4, struct.pack("<IQiiIi", 1, 12, 9, 7, 250, 5) + b"\0" * 4),
     ("table_port0", 2, 1, entry(addr4(0))),
     ("table_cpus_bound", 2, 1, entry(addr4(5000), cpus=(1 << 20) + 1)),
+    ("table_ring_keys", 2, 0, entry(addr4(5000), ring=2) + entry(addr4(5001), ring=(1 << 16) + 1)),
 ]:
     write("bootstrap", name, boot(sel, n, 77, p))
 

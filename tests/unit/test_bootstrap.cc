@@ -212,7 +212,7 @@ uint32_t rawRegister(const collUniqueId& id, const Secret* secret, int32_t rank,
   EXPECT_TRUE(Socket::connect(c.root, Deadline::afterMs(2000), &s).ok());
   EXPECT_TRUE(authenticate(s, secret, AuthRole::Connector, Deadline::afterMs(2000), "root").ok());
   std::vector<uint8_t> reg(kBootstrapRegistrationBytes + blockCount * kBootstrapEntryBytes, 0);
-  uint32_t magic = 0x47524c43, version = 3;
+  uint32_t magic = 0x47524c43, version = 4;
   memcpy(reg.data(), &magic, 4);
   memcpy(reg.data() + 4, &version, 4);
   memcpy(reg.data() + 8, &rank, 4);

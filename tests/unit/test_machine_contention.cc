@@ -70,7 +70,7 @@ TEST(TopologyMachines, WaitPolicyYieldsAtOnceOnlyWhenTheMachinesRanksOutnumberIt
   EXPECT_EQ(waitPolicyFor(cpus + 1).yields, WaitPolicy{}.yields);
 }
 
-// One rank-table entry: IPv4 127.0.0.1:port, then hostHash, pid, netMask, machineHash, cpus.
+// One rank-table entry: IPv4 127.0.0.1:port, then hostHash, pid, netMask, machineHash, cpus, ringKey (0).
 std::vector<uint8_t> entry(uint16_t port, uint64_t machine, uint32_t cpus) {
   std::vector<uint8_t> e(kBootstrapEntryBytes, 0);
   e[0] = 4;

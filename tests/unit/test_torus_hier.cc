@@ -622,6 +622,27 @@ Builder inHostOrder(const std::vector<int32_t>& order, const Builder& build) {
   };
 }
 
+// Every All-Reduce builder: flat ones, torus (on uniform hosts), and hierarchical with each
+// algorithm between hosts (more than one rank per host).
+std::vector<std::pair<std::string, Builder>> allReduceAlgorithms(const Topology& t, int32_t hosts) {
+  std::vector<std::pair<std::string, Builder>> algos = {
+      {"ring", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s); }},
+      {"ring2", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s, 2); }},
+      {"tree", [](const Topology& t, const CollArgs& a, Schedule* s) { buildDoubleBinaryTreeAllReduce(t, a, s); }},
+      {"recdoubling",
+       [](const Topology& t, const CollArgs& a, Schedule* s) { buildRecursiveDoublingAllReduce(t, a, s); }},
+      {"rabenseifner", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRabenseifnerAllReduce(t, a, s); }},
+  };
+  if (isUniformBlocks(t)) algos.emplace_back("torus", torusBuilder(dimsOf(t)));
+  if (t.nranks > hosts) {
+    for (AlgoId inter : kInter) {
+      if (inter == AlgoId::Torus && hosts < 4) continue;
+      algos.emplace_back(std::string("hier/") + algoName(inter), hierBuilder(interOptions(inter, hosts)));
+    }
+  }
+  return algos;
+}
+
 TEST(HostOrder, EveryAllReduceAlgorithmInAnyHostOrder) {
   InProcessOptions o;
   o.sliceBytes = 256;
@@ -633,23 +654,7 @@ TEST(HostOrder, EveryAllReduceAlgorithmInAnyHostOrder) {
       {4, 2, {2, 0, 3, 1}}, {3, 3, {2, 1, 0}}, {6, 2, {5, 2, 0, 4, 1, 3}}, {8, 1, {7, 3, 5, 1, 6, 2, 4, 0}}};
   for (const Layout& l : layouts) {
     World w(blockLayout(std::vector<int32_t>(static_cast<size_t>(l.hosts), l.per)), o);
-    const int32_t p = l.hosts * l.per;
-    std::vector<std::pair<std::string, Builder>> algos = {
-        {"ring", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s); }},
-        {"ring2", [](const Topology& t, const CollArgs& a, Schedule* s) { buildRingAllReduce(t, a, s, 2); }},
-        {"tree", [](const Topology& t, const CollArgs& a, Schedule* s) { buildDoubleBinaryTreeAllReduce(t, a, s); }},
-        {"recdoubling",
-         [](const Topology& t, const CollArgs& a, Schedule* s) { buildRecursiveDoublingAllReduce(t, a, s); }},
-        {"rabenseifner",
-         [](const Topology& t, const CollArgs& a, Schedule* s) { buildRabenseifnerAllReduce(t, a, s); }},
-        {"torus", torusBuilder(dimsOf(Topology::uniform(0, p, l.per)))},
-    };
-    if (l.per > 1) {
-      for (AlgoId inter : kInter) {
-        if (inter == AlgoId::Torus && l.hosts < 4) continue;
-        algos.emplace_back(std::string("hier/") + algoName(inter), hierBuilder(interOptions(inter, l.hosts)));
-      }
-    }
+    const auto algos = allReduceAlgorithms(w.world.topology(0), l.hosts);
     for (const auto& [name, build] : algos) {
       for (uint64_t count : {1, 7, 1000}) {
         w.run(name.c_str(), CollKind::AllReduce, inHostOrder(l.order, build), count, collInt32, collSum, 0, count == 7);
@@ -700,6 +705,58 @@ TEST(HostOrder, RenamingMovesEveryRankTheScheduleNames) {
       }
     }
     for (size_t i = 0; i < built.peers.size(); ++i) EXPECT_EQ(renamed.peers[i], rankOf[built.peers[i]]);
+  }
+}
+
+// ---- each host's ranks in another order (their GPUs' ring order: PlanCache's local order)
+
+// Builds on the real topology with this rank at its place in `rankOf` (ranksInLocalOrder) and
+// renames the schedule back, as the communicator does for every All-Reduce plan.
+Builder inLocalOrder(const std::vector<int32_t>& rankOf, const Builder& build) {
+  return [rankOf, build](const Topology& real, const CollArgs& args, Schedule* s) {
+    Topology placed = real;
+    placed.rank = static_cast<int32_t>(std::find(rankOf.begin(), rankOf.end(), real.rank) - rankOf.begin());
+    build(placed, args, s);
+    s->renameRanks(rankOf);
+  };
+}
+
+TEST(LocalOrder, RanksGoByTheirKeysWithinEachHost) {
+  auto topoOf = [](const std::vector<uint64_t>& hosts) { return Topology::fromHostHashes(0, hosts); };
+  // Nothing known, or keys already in rank order: rank order (empty).
+  EXPECT_TRUE(ranksInLocalOrder(topoOf({1, 1, 1, 1}), {-1, -1, -1, -1}).empty());
+  EXPECT_TRUE(ranksInLocalOrder(topoOf({1, 1, 2, 2}), {0, 1, 0, 5}).empty());
+  EXPECT_TRUE(ranksInLocalOrder(topoOf({1, 1}), {0}).empty()) << "a key per rank or none";
+  // Each host keeps its places; inside, by key.
+  EXPECT_EQ(ranksInLocalOrder(topoOf({1, 1, 1, 1, 2, 2, 2, 2}), {0, 2, 1, 3, 3, 2, 1, 0}),
+            (std::vector<int32_t>{0, 2, 1, 3, 7, 6, 5, 4}));
+  // Keyed ranks first, lowest key first, then the others by rank.
+  EXPECT_EQ(ranksInLocalOrder(topoOf({1, 1, 1, 1}), {-1, 1, -1, 0}), (std::vector<int32_t>{3, 1, 0, 2}));
+  // Hosts interleaved in rank order.
+  EXPECT_EQ(ranksInLocalOrder(topoOf({1, 2, 1, 2}), {1, 0, 0, 1}), (std::vector<int32_t>{2, 1, 0, 3}));
+}
+
+TEST(LocalOrder, EveryAllReduceAlgorithmInAnyLocalOrder) {
+  InProcessOptions o;
+  o.sliceBytes = 256;
+  struct Layout {
+    std::vector<int32_t> sizes;
+    std::vector<int32_t> keys;
+  };
+  const Layout layouts[] = {
+      {{4, 4}, {1, 3, 0, 2, 3, 2, 1, 0}}, {{3, 3, 2}, {2, 0, 1, -1, 0, -1, 1, 0}}, {{6}, {5, 0, 4, 1, 3, 2}}};
+  for (const Layout& l : layouts) {
+    World w(blockLayout(l.sizes), o);
+    const std::vector<int32_t> rankOf = ranksInLocalOrder(w.world.topology(0), l.keys);
+    ASSERT_FALSE(rankOf.empty());
+    for (const auto& [name, build] : allReduceAlgorithms(w.world.topology(0), static_cast<int32_t>(l.sizes.size()))) {
+      for (uint64_t count : {1, 7, 1000}) {
+        w.run(name.c_str(), CollKind::AllReduce, inLocalOrder(rankOf, build), count, collInt32, collSum, 0, count == 7);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+      w.run(name.c_str(), CollKind::AllReduce, inLocalOrder(rankOf, build), 333, collFloat32, collMax, 0, false);
+      if (testing::Test::HasFatalFailure()) return;
+    }
   }
 }
 

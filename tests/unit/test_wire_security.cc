@@ -281,7 +281,7 @@ TEST(WireParsers, HelloRegistrationAndTable) {
   EXPECT_NE(parseBootstrapHello(table.data(), table.size(), 3, &h), nullptr);
 
   BootstrapRegistration reg;
-  std::vector<uint8_t> r = le32s({0x47524c43, 3, 1, 4, 77, 0});
+  std::vector<uint8_t> r = le32s({0x47524c43, 4, 1, 4, 77, 0});
   std::vector<uint8_t> entry(kBootstrapEntryBytes, 0);
   entry[0] = 4;
   entry[2] = 0x88;  // port 0x1388 = 5000
