@@ -14,6 +14,7 @@
 #include "src/oob/auth.h"
 #include "src/oob/bootstrap.h"
 #include "src/oob/socket.h"
+#include "src/oob/wire.h"
 
 namespace coll {
 namespace {
@@ -22,7 +23,8 @@ constexpr uint32_t kRequestMagic = 0x51524853u;                            // "S
 constexpr uint32_t kReplyMagic = 0x50524853u;                              // "SHRP"
 constexpr size_t kRequestHeader = 4 + 4 + 4 + 4 + 8 + 4;                   // magic seq nranks count digest listed
 constexpr size_t kRequestTrailer = 4 + 4 + 4;                              // after the list: code problems textLen
-constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + sizeof(collUniqueId) + 4;  // magic seq code newNranks id textLen
+constexpr size_t kReplyHeader = 4 + 4 + 4 + 4 + 4 + 4;                     // magic seq code newNranks ids textLen
+constexpr size_t kRootWire = 4 + sizeof(collUniqueId);                     // a request's root: block, id
 
 using le::get32;
 using le::get64;
@@ -56,9 +58,10 @@ std::string listDifference(const std::vector<int>& mine, int me, const ShrinkReq
   return s + "; every survivor must pass the same excludeRanks";
 }
 
-Status joinNew(const collUniqueId& id, int newNranks, int newRank, const CommConfig& config,
+Status joinNew(const std::vector<collUniqueId>& ids, int newNranks, int newRank, CommConfig config,
                std::unique_ptr<Comm>* out) {
-  return Comm::create(id, newNranks, newRank, config, out)
+  if (ids.size() > 1) config.rootIds = ids;
+  return Comm::create(ids[0], newNranks, newRank, config, out)
       .withContext("collCommShrink: joining the survivors' communicator as rank " + std::to_string(newRank) + " of " +
                    std::to_string(newNranks));
 }
@@ -84,15 +87,27 @@ int64_t treeHeight(size_t i, size_t n) {
   return h;
 }
 
-// What a subtree found wrong: the first problem and how many there were.
+// What a subtree found wrong (the first problem and how many there were), and the rendezvous
+// roots started in it.
 struct Problems {
   Status first;
   uint32_t count = 0;
+  std::vector<ShrinkRequest::Root> roots;
   void add(const Status& st, uint32_t n = 1) {
     if (first.ok()) first = st;
     count += n;
   }
 };
+
+// Starts a root of the survivors' rendezvous where this rank's listener is (the survivors can reach
+// it), with its own secret.
+Status startRendezvousRoot(Bootstrap& bs, collUniqueId* id) {
+  Secret secret;
+  COLL_TRY(randomSecret(&secret));
+  SocketAddress bind = bs.peer(bs.rank()).address;
+  bind.setPort(0);
+  return startBootstrapRoot(bind, &secret, id).withContext("starting the survivors' rendezvous");
+}
 
 // The answer a rank that failed below the leader gives its children: why, in its own name.
 std::vector<uint8_t> errorReply(int me, uint32_t seq, const Status& why) {
@@ -157,9 +172,12 @@ Problems gatherChildren(Bootstrap& bs, uint32_t seq, int64_t gatherMs, const std
     }
     if (!st.ok()) {
       problems.add(st);
-    } else if (req.problems > 0) {
+      continue;
+    }
+    if (req.problems > 0) {
       problems.add(Status(req.code, printableText(req.message.data(), req.message.size())), req.problems);
     }
+    problems.roots.insert(problems.roots.end(), req.roots.begin(), req.roots.end());
   }
   return problems;
 }
@@ -168,18 +186,24 @@ Problems gatherChildren(Bootstrap& bs, uint32_t seq, int64_t gatherMs, const std
 Status decide(Bootstrap& bs, uint32_t seq, size_t survivors, Problems problems, ShrinkReply* reply) {
   reply->seq = seq;
   if (problems.first.ok()) {
-    Secret secret;
-    Status st = randomSecret(&secret);
-    // Where this rank's listener is, the survivors can reach: the new root listens there too.
-    SocketAddress bind = bs.peer(bs.rank()).address;
-    bind.setPort(0);
-    if (st.ok()) st = startBootstrapRoot(bind, &secret, &reply->id);
-    if (!st.ok()) problems.add(st.withContext("starting the survivors' rendezvous"));
+    // Every block's root, each once (a survivor whose list differs would have been a problem).
+    const int roots = shrinkRootCount(static_cast<int>(survivors));
+    std::sort(problems.roots.begin(), problems.roots.end(),
+              [](const ShrinkRequest::Root& a, const ShrinkRequest::Root& b) { return a.block < b.block; });
+    bool complete = problems.roots.size() == static_cast<size_t>(roots);
+    for (size_t g = 0; complete && g < problems.roots.size(); ++g) complete = problems.roots[g].block == g;
+    if (!complete) {
+      problems.add(makeError(collInternalError, "the survivors' rendezvous has %zu of its %d roots",
+                             problems.roots.size(), roots));
+    } else {
+      for (const ShrinkRequest::Root& r : problems.roots) reply->ids.push_back(r.id);
+    }
   }
   if (problems.first.ok()) {
     reply->newNranks = static_cast<uint32_t>(survivors);
     return okStatus();
   }
+  reply->ids.clear();
   reply->code = problems.first.code();
   reply->message = problems.first.message();
   if (problems.count > 1) reply->message += " (and " + std::to_string(problems.count - 1) + " more problems)";
@@ -205,6 +229,9 @@ Status report(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<
     req.problems = problems.count;
     req.message = problems.first.message().substr(0, kShrinkMaxText);
   }
+  req.roots = problems.roots;
+  std::sort(req.roots.begin(), req.roots.end(),
+            [](const ShrinkRequest::Root& a, const ShrinkRequest::Root& b) { return a.block < b.block; });
   const std::vector<uint8_t> bytes = encodeShrinkRequest(req);
   const std::string whom = "rank " + std::to_string(parent) +
                            (parent == leader ? " (the leader: the lowest rank not excluded)"
@@ -215,7 +242,7 @@ Status report(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<
                                  std::to_string(parent) + " failed, add it to excludeRanks");
   }
   const int64_t answerMs = (kAnswerTimeouts + treeHeight(0, survivors.size())) * timeoutMs;
-  st = bs.recv(parent, tag, answer, shrinkReplyMaxBytes(), Deadline::afterMs(answerMs));
+  st = bs.recv(parent, tag, answer, shrinkReplyMaxBytes(n), Deadline::afterMs(answerMs));
   if (st.code() == collTimeout) {
     return makeError(collTimeout,
                      "collCommShrink: no answer from %s within %lld ms: every survivor must pass the same "
@@ -289,8 +316,18 @@ Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::ve
   const uint32_t tag = shrinkTag(seq);
   // Up the tree: each rank checks its children's lists against its own and passes on what its
   // subtree found; the leader decides. Down: the answer, as the leader made it.
-  const Problems problems =
+  Problems problems =
       gatherChildren(bs, seq, (kGatherTimeouts + treeHeight(i, survivors.size())) * timeoutMs, excluded, children);
+  const int count = static_cast<int>(survivors.size()), roots = shrinkRootCount(count);
+  const int block = bootstrapGroupOf(static_cast<int>(i), roots, count);
+  if (problems.count == 0 && bootstrapGroupStart(block, roots, count) == static_cast<int>(i)) {
+    // The first survivor of its block serves the block's registrations.
+    ShrinkRequest::Root root;
+    root.block = static_cast<uint32_t>(block);
+    Status started = startRendezvousRoot(bs, &root.id);
+    if (started.ok()) problems.roots.push_back(root);
+    else problems.add(started);
+  }
   std::vector<uint8_t> answer;
   Status st;
   ShrinkReply reply;
@@ -316,7 +353,7 @@ Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::ve
   Status passed = answerChildren(bs, tag, timeoutMs, children, answer, st.ok());
   if (!st.ok()) return st;
   COLL_TRY(passed);
-  out->id = reply.id;
+  out->ids = reply.ids;
   out->newNranks = static_cast<int>(survivors.size());
   out->newRank = static_cast<int>(i);
   return okStatus();
@@ -331,7 +368,7 @@ Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const
   const uint32_t seq = parent.nextShrinkSeq();
   ShrinkAgreement agreed;
   COLL_TRY(agreeShrink(parent.bootstrap(), seq, parent.timeoutMs(), excluded, &agreed));
-  COLL_TRY(joinNew(agreed.id, agreed.newNranks, agreed.newRank, config, out));
+  COLL_TRY(joinNew(agreed.ids, agreed.newNranks, agreed.newRank, config, out));
   COLL_INFO(parent.rank(), "collCommShrink #%u: now rank %d of %d", seq + 1, (*out)->rank(), agreed.newNranks);
   return okStatus();
 }
@@ -352,15 +389,19 @@ uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded) {
 }
 
 size_t shrinkRequestMaxBytes(int nranks) {
-  return kRequestHeader + 4 * std::min<size_t>(static_cast<size_t>(nranks > 0 ? nranks : 0), kShrinkMaxListed) +
-         kRequestTrailer + kShrinkMaxText;
+  const size_t n = static_cast<size_t>(nranks > 0 ? nranks : 0);
+  return kRequestHeader + 4 * std::min<size_t>(n, kShrinkMaxListed) + kRequestTrailer + kShrinkMaxText + 4 +
+         kRootWire * static_cast<size_t>(shrinkRootCount(static_cast<int>(n)));
 }
-size_t shrinkReplyMaxBytes() { return kReplyHeader + kShrinkMaxText; }
+size_t shrinkReplyMaxBytes(int nranks) {
+  return kReplyHeader + sizeof(collUniqueId) * static_cast<size_t>(shrinkRootCount(nranks > 0 ? nranks : 0)) +
+         kShrinkMaxText;
+}
 
 std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r) {
   std::vector<uint8_t> b;
   const size_t textLen = std::min<size_t>(r.message.size(), kShrinkMaxText);
-  b.reserve(kRequestHeader + 4 * r.listed.size() + kRequestTrailer + textLen);
+  b.reserve(kRequestHeader + 4 * r.listed.size() + kRequestTrailer + textLen + 4 + kRootWire * r.roots.size());
   put32(b, kRequestMagic);
   put32(b, r.seq);
   put32(b, r.parentNranks);
@@ -372,6 +413,12 @@ std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r) {
   put32(b, r.problems);
   put32(b, static_cast<uint32_t>(textLen));
   b.insert(b.end(), r.message.begin(), r.message.begin() + static_cast<std::ptrdiff_t>(textLen));
+  put32(b, static_cast<uint32_t>(r.roots.size()));
+  for (const ShrinkRequest::Root& root : r.roots) {
+    put32(b, root.block);
+    const uint8_t* id = reinterpret_cast<const uint8_t*>(&root.id);
+    b.insert(b.end(), id, id + sizeof(collUniqueId));
+  }
   return b;
 }
 
@@ -398,15 +445,32 @@ Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, S
   const uint32_t code = get32(data + listEnd);
   r.problems = get32(data + listEnd + 4);
   const uint32_t textLen = get32(data + listEnd + 8);
+  const size_t textEnd = listEnd + kRequestTrailer + textLen;
   // What the sender's subtree found: none and no text, or a count and an error code.
   if (code >= collNumResults || code == collInProgress || (code == collSuccess) != (r.problems == 0) ||
       r.problems > r.parentNranks || textLen > kShrinkMaxText || (code == collSuccess && textLen != 0) ||
-      size != listEnd + kRequestTrailer + textLen) {
+      size < textEnd + 4) {
     return makeError(collRemoteError, "malformed shrink request (code %u, %u problems, %u text bytes, %zu bytes)", code,
                      r.problems, textLen, size);
   }
   r.code = static_cast<collResult_t>(code);
   r.message.assign(reinterpret_cast<const char*>(data + listEnd + kRequestTrailer), textLen);
+  // The roots started below the sender: at most one per block, by rising block.
+  const uint32_t roots = get32(data + textEnd);
+  const uint32_t maxRoots = static_cast<uint32_t>(shrinkRootCount(parentNranks));
+  if (roots > maxRoots || size != textEnd + 4 + kRootWire * static_cast<size_t>(roots)) {
+    return makeError(collRemoteError, "malformed shrink request (%u roots, %zu bytes)", roots, size);
+  }
+  r.roots.resize(roots);
+  for (uint32_t k = 0; k < roots; ++k) {
+    const uint8_t* p = data + textEnd + 4 + kRootWire * static_cast<size_t>(k);
+    r.roots[k].block = get32(p);
+    if (r.roots[k].block >= maxRoots || (k > 0 && r.roots[k].block <= r.roots[k - 1].block)) {
+      return makeError(collRemoteError, "malformed shrink request: root of block %u at %u is out of order or range",
+                       r.roots[k].block, k);
+    }
+    memcpy(&r.roots[k].id, p + 4, sizeof(collUniqueId));
+  }
   r.listed.resize(listed);
   for (uint32_t i = 0; i < listed; ++i) {
     const int32_t x = static_cast<int32_t>(get32(data + kRequestHeader + 4 * static_cast<size_t>(i)));
@@ -424,14 +488,17 @@ Status decodeShrinkRequest(const uint8_t* data, size_t size, int parentNranks, S
 std::vector<uint8_t> encodeShrinkReply(const ShrinkReply& r) {
   std::vector<uint8_t> b;
   const size_t textLen = std::min<size_t>(r.message.size(), kShrinkMaxText);
-  b.reserve(kReplyHeader + textLen);
+  b.reserve(kReplyHeader + sizeof(collUniqueId) * r.ids.size() + textLen);
   put32(b, kReplyMagic);
   put32(b, r.seq);
   put32(b, static_cast<uint32_t>(r.code));
   put32(b, r.newNranks);
-  const uint8_t* id = reinterpret_cast<const uint8_t*>(&r.id);
-  b.insert(b.end(), id, id + sizeof(collUniqueId));
+  put32(b, static_cast<uint32_t>(r.ids.size()));
   put32(b, static_cast<uint32_t>(textLen));
+  for (const collUniqueId& id : r.ids) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(&id);
+    b.insert(b.end(), p, p + sizeof(collUniqueId));
+  }
   b.insert(b.end(), r.message.begin(), r.message.begin() + static_cast<std::ptrdiff_t>(textLen));
   return b;
 }
@@ -444,15 +511,23 @@ Status decodeShrinkReply(const uint8_t* data, size_t size, int parentNranks, Shr
   r.seq = get32(data + 4);
   const uint32_t code = get32(data + 8);
   r.newNranks = get32(data + 12);
-  memcpy(&r.id, data + 16, sizeof(collUniqueId));
-  const uint32_t textLen = get32(data + 16 + sizeof(collUniqueId));
-  if (code >= collNumResults || code == collInProgress || textLen > kShrinkMaxText || size != kReplyHeader + textLen ||
-      (code == collSuccess && (r.newNranks < 1 || r.newNranks > static_cast<uint32_t>(parentNranks)))) {
-    return makeError(collRemoteError, "malformed shrink answer (code %u, %u ranks, %u text bytes, %zu bytes)", code,
-                     r.newNranks, textLen, size);
+  const uint32_t ids = get32(data + 16);
+  const uint32_t textLen = get32(data + 20);
+  // A success names every root of the new size's rendezvous; an error none.
+  const bool success = code == collSuccess;
+  const bool sized = success ? r.newNranks >= 1 && r.newNranks <= static_cast<uint32_t>(parentNranks) &&
+                                   ids == static_cast<uint32_t>(shrinkRootCount(static_cast<int>(r.newNranks)))
+                             : ids == 0;
+  if (code >= collNumResults || code == collInProgress || !sized || textLen > kShrinkMaxText ||
+      size != kReplyHeader + sizeof(collUniqueId) * static_cast<size_t>(ids) + textLen) {
+    return makeError(collRemoteError, "malformed shrink answer (code %u, %u ranks, %u roots, %u text bytes, %zu bytes)",
+                     code, r.newNranks, ids, textLen, size);
   }
   r.code = static_cast<collResult_t>(code);
-  r.message.assign(reinterpret_cast<const char*>(data + kReplyHeader), textLen);
+  r.ids.resize(ids);
+  for (uint32_t k = 0; k < ids; ++k)
+    memcpy(&r.ids[k], data + kReplyHeader + sizeof(collUniqueId) * k, sizeof(collUniqueId));
+  r.message.assign(reinterpret_cast<const char*>(data + kReplyHeader + sizeof(collUniqueId) * ids), textLen);
   *out = std::move(r);
   return okStatus();
 }

@@ -20,6 +20,12 @@ class Bootstrap;
 constexpr uint32_t kShrinkTagBase = 0x53520000u;
 inline uint32_t shrinkTag(uint32_t seq) { return kShrinkTagBase | (seq & 0xffffu); }
 
+// The survivors' rendezvous has a root per kShrinkRanksPerRoot new ranks (shrinkRootCount), each
+// started by the first survivor of its block (Bootstrap::create with several ids), so no process
+// handles more than a block's registrations.
+constexpr int kShrinkRanksPerRoot = 256;
+inline int shrinkRootCount(int survivors) { return (survivors + kShrinkRanksPerRoot - 1) / kShrinkRanksPerRoot; }
+
 // The longest exclude list carried in full (longer ones travel as a digest only, so the error for a
 // mismatch cannot name the ranks), and the longest error text a leader sends.
 constexpr uint32_t kShrinkMaxListed = 1u << 16;
@@ -38,13 +44,14 @@ Status shrinkComm(Comm& parent, const int* excludeRanks, int excludeCount, const
 // The agreement alone, over any bootstrap (collCommShrink runs it on the parent's): every survivor
 // calls it with the same sorted, checked `excluded` (checkExcludeList) and the same `seq`; the
 // excluded ranks take no part. Requests go up an 8-ary tree of the survivors in parent order, each
-// rank checking its children's lists against its own; the leader (the lowest survivor) starts the
-// survivors' rendezvous on its bootstrap address, and its answer comes back down the tree. No rank
-// sends or receives more than 9 messages. On success `out` holds the id, the survivors' count and
-// this rank's place among them (its rank in parent order): all the new communicator's ranks need.
+// rank checking its children's lists against its own, and the first survivor of each block starting
+// its root of the survivors' rendezvous on the way up; the leader (the lowest survivor) decides,
+// and its answer (every root's id, or why not) comes back down the tree. No rank sends or receives more than 9 messages. On success
+// `out` holds the roots' ids, the survivors' count and this rank's place among them (its rank in
+// parent order): all the new communicator's ranks need.
 // The unit test of 1,024 thread ranks runs it without communicators (tests/unit/test_shrink.cc).
 struct ShrinkAgreement {
-  collUniqueId id{};
+  std::vector<collUniqueId> ids;  // the survivors' rendezvous roots, block by block
   int newNranks = 0;
   int newRank = -1;
 };
@@ -64,13 +71,19 @@ struct ShrinkRequest {
   collResult_t code = collSuccess;
   uint32_t problems = 0;
   std::string message;
+  // The rendezvous roots started in the sender's subtree, by rising block.
+  struct Root {
+    uint32_t block = 0;
+    collUniqueId id{};
+  };
+  std::vector<Root> roots;
 };
 struct ShrinkReply {
   uint32_t seq = 0;
   collResult_t code = collSuccess;
   uint32_t newNranks = 0;
-  collUniqueId id{};
-  std::string message;  // why not (code != collSuccess)
+  std::vector<collUniqueId> ids;  // success: shrinkRootCount(newNranks) roots, block by block
+  std::string message;            // why not (code != collSuccess)
 };
 uint64_t shrinkDigest(int nranks, const std::vector<int>& sortedExcluded);
 std::vector<uint8_t> encodeShrinkRequest(const ShrinkRequest& r);
@@ -80,6 +93,6 @@ std::vector<uint8_t> encodeShrinkReply(const ShrinkReply& r);
 Status decodeShrinkReply(const uint8_t* data, size_t size, int parentNranks, ShrinkReply* out);
 // The largest encoded request for an nranks-rank parent (recv's bound).
 size_t shrinkRequestMaxBytes(int nranks);
-size_t shrinkReplyMaxBytes();
+size_t shrinkReplyMaxBytes(int nranks);
 
 }  // namespace coll

@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!coll::decodeShrinkReply(msg, len, nranks, &r).ok()) return 0;
     std::vector<uint8_t> again = coll::encodeShrinkReply(r);
     if (again.size() != len || !std::equal(again.begin(), again.end(), msg)) __builtin_trap();
-    if (len > coll::shrinkReplyMaxBytes()) __builtin_trap();
+    if (len > coll::shrinkReplyMaxBytes(nranks)) __builtin_trap();
   } else {
     coll::ShrinkRequest r;
     if (!coll::decodeShrinkRequest(msg, len, nranks, &r).ok()) return 0;
@@ -40,6 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (len > coll::shrinkRequestMaxBytes(nranks)) __builtin_trap();
     for (size_t i = 0; i < r.listed.size(); ++i) {
       if (r.listed[i] < 0 || r.listed[i] >= nranks || (i > 0 && r.listed[i] <= r.listed[i - 1])) __builtin_trap();
+    }
+    for (size_t i = 0; i < r.roots.size(); ++i) {
+      if (r.roots[i].block >= static_cast<uint32_t>(coll::shrinkRootCount(nranks))) __builtin_trap();
+      if (i > 0 && r.roots[i].block <= r.roots[i - 1].block) __builtin_trap();
     }
   }
   return 0;

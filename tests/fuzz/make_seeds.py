@@ -128,12 +128,15 @@ write("ib_connect", "rails4", b"\1" + ibinfo(qps=2, rails=4))
 write("ib_connect", "rail_notice", b"\5" + struct.pack("<IIQ", 0x4C494152, 1, 1 << 20) + struct.pack("<16Q", *range(16)))
 
 # collCommShrink (fuzz_shrink): selector byte (0 request, 1 answer), nranks - 1 (16-bit), message.
-# A request: header, the list, then what the sender's subtree found (code, problems, text).
-def shrink_req(seq, n, count, digest, listed, code=0, problems=0, text=b""):
+# A request: header, the list, what the sender's subtree found (code, problems, text), then the
+# rendezvous roots started there (count, then block and 128-byte id each).
+def shrink_req(seq, n, count, digest, listed, code=0, problems=0, text=b"", roots=()):
     return struct.pack("<IIIIQI", 0x51524853, seq, n, count, digest, len(listed)) + b"".join(
-        struct.pack("<i", x) for x in listed) + struct.pack("<III", code, problems, len(text)) + text
-def shrink_ans(seq, code, newn, text=b""):
-    return struct.pack("<IIII", 0x50524853, seq, code, newn) + bytes(range(128)) + struct.pack("<I", len(text)) + text
+        struct.pack("<i", x) for x in listed) + struct.pack("<III", code, problems, len(text)) + text + \
+        struct.pack("<I", len(roots)) + b"".join(struct.pack("<I", g) + bytes(range(128)) for g in roots)
+# An answer: magic, seq, code, new size, root count, text length, the roots' ids, the text.
+def shrink_ans(seq, code, newn, text=b"", roots=1):
+    return struct.pack("<IIIIII", 0x50524853, seq, code, newn, roots, len(text)) + bytes(range(128)) * roots + text
 def shrink_seed(which, n, msg):
     return bytes([which]) + struct.pack("<H", n - 1) + msg
 write("shrink", "req_two", shrink_seed(0, 8, shrink_req(0, 8, 2, 0x1234, [1, 5])))
@@ -142,7 +145,9 @@ write("shrink", "req_unsorted", shrink_seed(0, 8, shrink_req(0, 8, 2, 0x1234, [5
 write("shrink", "req_subtree_problem",
       shrink_seed(0, 8, shrink_req(0, 8, 1, 0x1234, [3], 5, 2, b"rank 5 passed different excludeRanks")))
 write("shrink", "ans_ok", shrink_seed(1, 8, shrink_ans(0, 0, 6)))
-write("shrink", "ans_error", shrink_seed(1, 8, shrink_ans(1, 5, 0, b"rank 1 passed different excludeRanks")))
+write("shrink", "ans_two_roots", shrink_seed(1, 600, shrink_ans(0, 0, 300, roots=2)))
+write("shrink", "req_roots", shrink_seed(0, 600, shrink_req(0, 600, 1, 0x1234, [3], roots=(0, 2))))
+write("shrink", "ans_error", shrink_seed(1, 8, shrink_ans(1, 5, 0, b"rank 1 passed different excludeRanks", roots=0)))
 write("shrink", "ans_truncated", shrink_seed(1, 8, shrink_ans(0, 0, 6)[:40]))
 # collCommGrow's announcement (selector 2): magic, code, nranks, the 128-byte id, text length, 256 text bytes.
 def grow_ann(code, n, text=b""):

@@ -552,8 +552,10 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 // parent rank, so the table itself says whom every new rank was), and the exact sums. The messages
 // per rank are counted: the agreement goes up and down an 8-ary tree of the survivors, so each rank
 // sends and receives one request or answer per child and one to and from its parent (the leader 8,
-// no rank more than 9); the survivors' rendezvous sends at most 1 + COLL_BOOTSTRAP_FANOUT per rank,
-// and its root handles one per rank.
+// no rank more than 9); the survivors' rendezvous has a root per 256 new ranks (4 here), started
+// by the first survivor of each block, so no root handles more than its block's registrations,
+// the other blocks and the table, and no rank sends more than its registration, its block (a
+// block's first rank) and COLL_BOOTSTRAP_FANOUT copies of the table.
 TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
   constexpr int kRanks = 1024, kRoots = 32;
   const std::vector<int> dead{0, 512, 1023};
@@ -620,8 +622,8 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
         o.sent = counted.sent;
         o.received = counted.received;
         if (!o.agree.ok()) return;
-        o.join = Bootstrap::create(o.agreed.id, o.agreed.newRank, o.agreed.newNranks,
-                                   kHashBase + static_cast<uint64_t>(r), Deadline::afterMs(kTimeoutMs), &o.child);
+        o.join = Bootstrap::create(o.agreed.ids, o.agreed.newRank, o.agreed.newNranks,
+                                   kHashBase + static_cast<uint64_t>(r), 0, Deadline::afterMs(kTimeoutMs), &o.child);
         if (!o.join.ok()) return;
         o.rendezvousSent = o.child->rendezvousMessagesSent();
         o.values = {uint64_t(r), 1, uint64_t(r) * uint64_t(r)};
@@ -643,7 +645,9 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
     ASSERT_TRUE(o.join.ok()) << "rank " << r << ": " << o.join.message();
     ASSERT_TRUE(o.reduce.ok()) << "rank " << r << ": " << o.reduce.message();
     // One id, every survivor in parent order.
-    EXPECT_EQ(memcmp(&o.agreed.id, &out[leader].agreed.id, sizeof(collUniqueId)), 0) << "rank " << r;
+    ASSERT_EQ(o.agreed.ids.size(), out[leader].agreed.ids.size());
+    EXPECT_EQ(memcmp(o.agreed.ids.data(), out[leader].agreed.ids.data(), sizeof(collUniqueId) * o.agreed.ids.size()), 0)
+        << "rank " << r;
     EXPECT_EQ(o.agreed.newNranks, n);
     EXPECT_EQ(o.agreed.newRank, i) << "rank " << r;
     ASSERT_EQ(o.child->nranks(), n);
@@ -665,10 +669,13 @@ TEST(Shrink, ThousandRanksAgreeRendezvousAndAllReduce) {
     EXPECT_EQ(o.sent, children + (i > 0 ? 1 : 0)) << "rank " << r;
     EXPECT_EQ(o.received, children + (i > 0 ? 1 : 0)) << "rank " << r;
     maxAgreementSent = std::max(maxAgreementSent, o.sent);
-    EXPECT_LE(o.rendezvousSent, 1u + 8u) << "rank " << r;  // registration + COLL_BOOTSTRAP_FANOUT copies
+    EXPECT_EQ(o.agreed.ids.size(), static_cast<size_t>(shrinkRootCount(n))) << "rank " << r;
+    EXPECT_LE(o.rendezvousSent, 1u + 1u + 8u) << "rank " << r;  // registration, block, fanout copies
     maxRendezvousSent = std::max(maxRendezvousSent, o.rendezvousSent);
   }
-  EXPECT_LE(rootMessages, static_cast<uint32_t>(n) + 1);  // a registration per rank, one table
+  // Root 0: its block's registrations, the other blocks, the table; the others less.
+  EXPECT_LE(rootMessages, static_cast<uint32_t>(kShrinkRanksPerRoot + shrinkRootCount(n)) + 1);
+  EXPECT_EQ(shrinkRootCount(n), 4);
   printf(
       "%d ranks (%d roots): rendezvous %.2f s; %d survivors: agreement + rendezvous + all-reduce %.2f s; "
       "messages sent per rank: agreement <= %d (leader %d), rendezvous <= %u, root %u; peak RSS %ld MiB\n",
@@ -726,7 +733,8 @@ TEST(ShrinkTree, AllAgreeEachInItsPlace) {
     ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].message();
     EXPECT_EQ(agreed[r].newNranks, 28);
     EXPECT_EQ(agreed[r].newRank, place++) << "rank " << r;
-    EXPECT_EQ(memcmp(&agreed[r].id, &agreed[0].id, sizeof(collUniqueId)), 0) << "rank " << r;
+    ASSERT_EQ(agreed[r].ids.size(), 1u);
+    EXPECT_EQ(memcmp(&agreed[r].ids[0], &agreed[0].ids[0], sizeof(collUniqueId)), 0) << "rank " << r;
   }
 }
 
@@ -828,18 +836,59 @@ TEST(Shrink, RequestDecoderRefusesMalformedBytes) {
   p = r;
   p.message = "text without a problem";
   EXPECT_TRUE(bad(p)) << "text with success";
+  // The roots started below the sender: one per block at most, by rising block, within the blocks
+  // the parent's size can have.
+  auto withRoots = [&](int nranks, std::vector<uint32_t> blocks) {
+    ShrinkRequest q;
+    q.seq = 0, q.parentNranks = static_cast<uint32_t>(nranks), q.digest = shrinkDigest(nranks, {});
+    for (uint32_t g : blocks) {
+      ShrinkRequest::Root root;
+      root.block = g;
+      memset(&root.id, static_cast<int>(g) + 1, sizeof(root.id));
+      q.roots.push_back(root);
+    }
+    std::vector<uint8_t> w = encodeShrinkRequest(q);
+    EXPECT_LE(w.size(), shrinkRequestMaxBytes(nranks));
+    return decodeShrinkRequest(w.data(), w.size(), nranks, &out).ok();
+  };
+  const int big = 3 * kShrinkRanksPerRoot;  // 3 blocks
+  EXPECT_TRUE(withRoots(big, {0, 2}));
+  ASSERT_EQ(out.roots.size(), 2u);
+  EXPECT_EQ(out.roots[1].block, 2u);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(&out.roots[1].id)[5], 3);
+  EXPECT_TRUE(withRoots(big, {0, 1, 2}));
+  EXPECT_FALSE(withRoots(big, {2, 1})) << "out of order";
+  EXPECT_FALSE(withRoots(big, {1, 1})) << "a block twice";
+  EXPECT_FALSE(withRoots(big, {3})) << "past the last block";
+  EXPECT_FALSE(withRoots(8, {0, 1})) << "more roots than blocks";
 }
 
 TEST(Shrink, ReplyDecoderRefusesMalformedBytes) {
   ShrinkReply r;
   r.seq = 1, r.code = collSuccess, r.newNranks = 3;
-  memset(&r.id, 7, sizeof(r.id));
+  r.ids.resize(1);
+  memset(&r.ids[0], 7, sizeof(collUniqueId));
   std::vector<uint8_t> b = encodeShrinkReply(r);
   ShrinkReply out;
   ASSERT_TRUE(decodeShrinkReply(b.data(), b.size(), 4, &out).ok());
-  EXPECT_EQ(memcmp(&out.id, &r.id, sizeof(r.id)), 0);
+  ASSERT_EQ(out.ids.size(), 1u);
+  EXPECT_EQ(memcmp(&out.ids[0], &r.ids[0], sizeof(collUniqueId)), 0);
+  EXPECT_LE(b.size(), shrinkReplyMaxBytes(4));
   EXPECT_FALSE(decodeShrinkReply(b.data(), b.size(), 2, &out).ok()) << "more survivors than ranks";
   for (size_t cut = 0; cut < b.size(); ++cut) EXPECT_FALSE(decodeShrinkReply(b.data(), cut, 4, &out).ok()) << cut;
+  // A success names exactly the roots its size has (one per kShrinkRanksPerRoot survivors).
+  ShrinkReply m = r;
+  m.ids.clear();
+  std::vector<uint8_t> e = encodeShrinkReply(m);
+  EXPECT_FALSE(decodeShrinkReply(e.data(), e.size(), 4, &out).ok()) << "no root";
+  m.ids.assign(2, r.ids[0]);
+  e = encodeShrinkReply(m);
+  EXPECT_FALSE(decodeShrinkReply(e.data(), e.size(), 4, &out).ok()) << "a root too many";
+  m.newNranks = kShrinkRanksPerRoot + 1;
+  e = encodeShrinkReply(m);
+  EXPECT_TRUE(decodeShrinkReply(e.data(), e.size(), 1000, &out).ok()) << "two blocks, two roots";
+  EXPECT_LE(e.size(), shrinkReplyMaxBytes(1000));
+  r.ids.clear();
   r.code = collInvalidUsage, r.newNranks = 0, r.message = "lists differ";
   b = encodeShrinkReply(r);
   ASSERT_TRUE(decodeShrinkReply(b.data(), b.size(), 4, &out).ok());
