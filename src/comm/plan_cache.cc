@@ -181,19 +181,19 @@ void PlanCache::setLocalOrder(std::vector<int32_t> rankOf) {
 void PlanCache::buildPlan(const CollArgs& args, const PlanChoice& choice, Schedule* out) const {
   if (args.kind == CollKind::Send || args.kind == CollKind::Recv)
     return;  // point-to-point calls go through pointToPoint()
-  const bool fabric = choice.options.fabricHostOrder && !rankInHostOrder_.empty();
-  // Only an All-Reduce's result is the same whatever place each rank holds: the others' buffers
-  // are laid out by rank (an All-Gather's block r is rank r's), which renaming would not move.
-  static const std::vector<int32_t> kRankOrder;
-  const std::vector<int32_t>& rankOf = fabric                             ? rankInHostOrder_
-                                       : args.kind == CollKind::AllReduce ? rankInLocalOrder_
-                                                                          : kRankOrder;
-  const BuildRequest request{fabric           ? hostOrderTopo_
-                             : rankOf.empty() ? topo_
-                                              : localOrderTopo_,
-                             args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
+  // A plan in another order is built with this rank at its place and renamed back. Only an
+  // All-Reduce's result is the same whatever place each rank holds: the others' buffers are laid
+  // out by rank (an All-Gather's block r is rank r's), which renaming would not move.
+  const Topology* placed = &topo_;
+  const std::vector<int32_t>* rankOf = nullptr;
+  if (choice.options.fabricHostOrder && !rankInHostOrder_.empty()) {
+    placed = &hostOrderTopo_, rankOf = &rankInHostOrder_;
+  } else if (args.kind == CollKind::AllReduce && !rankInLocalOrder_.empty()) {
+    placed = &localOrderTopo_, rankOf = &rankInLocalOrder_;
+  }
+  const BuildRequest request{*placed, args, choice.options, plannerInputs_.windowHalfBytes, choice.reduceAllBelowBytes};
   algorithm(choice.algo).build(request, out);
-  if (!rankOf.empty()) out->renameRanks(rankOf);
+  if (rankOf != nullptr) out->renameRanks(*rankOf);
   if (choice.sliceBytes != 0) out->sliceBytes = choice.sliceBytes;
 }
 

@@ -182,14 +182,12 @@ Problems gatherChildren(Bootstrap& bs, uint32_t seq, int64_t gatherMs, const std
   return problems;
 }
 
-// The leader: decides, and starts the survivors' rendezvous when all is well.
-Status decide(Bootstrap& bs, uint32_t seq, size_t survivors, Problems problems, ShrinkReply* reply) {
+// The leader: decides, and hands out every block's rendezvous root when all is well.
+Status decide(uint32_t seq, size_t survivors, Problems problems, ShrinkReply* reply) {
   reply->seq = seq;
   if (problems.first.ok()) {
     // Every block's root, each once (a survivor whose list differs would have been a problem).
     const int roots = shrinkRootCount(static_cast<int>(survivors));
-    std::sort(problems.roots.begin(), problems.roots.end(),
-              [](const ShrinkRequest::Root& a, const ShrinkRequest::Root& b) { return a.block < b.block; });
     bool complete = problems.roots.size() == static_cast<size_t>(roots);
     for (size_t g = 0; complete && g < problems.roots.size(); ++g) complete = problems.roots[g].block == g;
     if (!complete) {
@@ -230,8 +228,6 @@ Status report(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::vector<
     req.message = problems.first.message().substr(0, kShrinkMaxText);
   }
   req.roots = problems.roots;
-  std::sort(req.roots.begin(), req.roots.end(),
-            [](const ShrinkRequest::Root& a, const ShrinkRequest::Root& b) { return a.block < b.block; });
   const std::vector<uint8_t> bytes = encodeShrinkRequest(req);
   const std::string whom = "rank " + std::to_string(parent) +
                            (parent == leader ? " (the leader: the lowest rank not excluded)"
@@ -328,11 +324,14 @@ Status agreeShrink(Bootstrap& bs, uint32_t seq, int64_t timeoutMs, const std::ve
     if (started.ok()) problems.roots.push_back(root);
     else problems.add(started);
   }
+  // By rising block: as a request carries them, and as the leader hands them out.
+  std::sort(problems.roots.begin(), problems.roots.end(),
+            [](const ShrinkRequest::Root& a, const ShrinkRequest::Root& b) { return a.block < b.block; });
   std::vector<uint8_t> answer;
   Status st;
   ShrinkReply reply;
   if (i == 0) {
-    st = decide(bs, seq, survivors.size(), problems, &reply);
+    st = decide(seq, survivors.size(), problems, &reply);
     answer = encodeShrinkReply(reply);
   } else {
     const int parent = survivors[(i - 1) / kTreeFanout];

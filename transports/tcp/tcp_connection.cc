@@ -609,6 +609,11 @@ void TcpConnection::queueControl(const TcpControl& record) {
   }
 }
 
+void TcpConnection::queueAck() {
+  queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
+  ackSent_ = consumed_;
+}
+
 void TcpConnection::flushControl() {
   for (size_t i = 0; i < rails_.size(); ++i) {
     Rail& r = rails_[i];
@@ -666,8 +671,7 @@ void TcpConnection::railLost(int rail, const std::string& why) {
     record.values.push_back(s.recv.pos);
   }
   // The rail may have carried the last acknowledgement: repeat it.
-  queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
-  ackSent_ = consumed_;
+  queueAck();
   queueControl(record);
 }
 
@@ -905,8 +909,7 @@ Status TcpConnection::progress(bool* progressed) {
     // A quarter ring per acknowledgement: the sender, whose ring waits for them, always has more
     // than that outstanding when it waits.
     if (consumed_ - ackSent_ >= ring_.capacity() / 4) {
-      queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
-      ackSent_ = consumed_;
+      queueAck();
     }
     flushControl();
   }
@@ -918,8 +921,7 @@ void TcpConnection::progressBetweenCalls() {
   if (rails_.empty() || !failed_.ok()) return;
   // The peer's ring keeps every byte until it hears this: tell it before its next call needs room.
   if (consumed_ != ackSent_) {
-    queueControl(controlRecord(TcpControlType::Ack, 0, 0, {consumed_}));
-    ackSent_ = consumed_;
+    queueAck();
   }
   (void)progress(nullptr);  // failed_ is sticky: the next call's progress() reports it
 }

@@ -18,7 +18,6 @@ class TcpNet final : public NetTransport {
     options_.rails = std::move(rails);
     options_.railMbps = std::move(railMbps);
   }
-  ~TcpNet() override { idle_.stop(); }
   NetKind kind() const override { return NetKind::Tcp; }
   std::string describe() const override {
     std::string s = "tcp (" + std::to_string(options_.streams) + " socket(s) per peer";

@@ -225,6 +225,7 @@ class TcpConnection final : public Connection {
   bool sendPending(const Stream& s) const;
   void railLost(int rail, const std::string& why);
   void queueControl(const TcpControl& record);
+  void queueAck();  // an Ack of what this end consumed
   Status pollControl(bool* progressed);
   void flushControl();
   Status onControl(const TcpControl& record);
